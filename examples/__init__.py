@@ -1,0 +1,1 @@
+"""Example train functions for ``tuner``: ``examples.mnist.train`` and ``examples.cifar.train``."""

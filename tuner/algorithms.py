@@ -1,0 +1,153 @@
+"""Searcher and scheduler factory: the Spec's ``search`` and ``scheduler`` -> Ray objects.
+
+Searchers (which configurations to try):
+    * ``grid`` and ``random``: ``ray.tune.search.basic_variant.BasicVariantGenerator``.
+    * ``optuna``: ``ray.tune.search.optuna.OptunaSearch`` with Optuna's ``TPESampler``
+      (Bergstra et al., NeurIPS 2011).
+    * ``bohb``: ``ray.tune.search.bohb.TuneBOHB`` (hpbandster; Falkner et al., ICML 2018).
+
+Schedulers (which trials to stop early):
+    * ``fifo``: ``FIFOScheduler``; ``asha``: ``ASHAScheduler`` (Li et al., MLSys 2020);
+      ``hyperband``: ``HyperBandScheduler`` (Li et al., JMLR 2018); ``bohb``:
+      ``HyperBandForBOHB``; ``median``: ``MedianStoppingRule`` (Golovin et al., KDD 2017).
+
+``metric`` and ``mode`` are given to Ray's ``TuneConfig`` only, which hands them on to
+the searcher and the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandForBOHB,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    TrialScheduler,
+)
+from ray.tune.search import Searcher
+from ray.tune.search.basic_variant import BasicVariantGenerator
+
+from tuner.spec import Spec
+
+__all__ = ["build_searcher", "build_scheduler", "rungs", "describe_search"]
+
+
+def build_searcher(spec: Spec) -> Searcher | BasicVariantGenerator:
+    """Build the Ray searcher for ``spec.search``.
+
+    Args:
+        spec: The validated spec. ``spec.seed`` seeds the sampler, so the same seed
+            gives the same first configurations.
+
+    Returns:
+        A ``BasicVariantGenerator`` (grid, random), ``OptunaSearch`` or ``TuneBOHB``.
+    """
+    search = spec.search
+    points = getattr(search, "points_to_evaluate", None)
+    if search.algorithm in ("grid", "random"):
+        return BasicVariantGenerator(points_to_evaluate=points, random_state=spec.seed)
+    if search.algorithm == "optuna":
+        import optuna
+        from optuna.samplers import TPESampler
+        from ray.tune.search.optuna import OptunaSearch
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = TPESampler(seed=spec.seed, n_startup_trials=search.n_startup_trials,
+                             multivariate=search.multivariate)
+        return OptunaSearch(sampler=sampler, points_to_evaluate=points)
+    from ray.tune.search.bohb import TuneBOHB
+
+    for name in ("hpbandster", "hpbandster.optimizers.config_generators.bohb"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    config = search.model_dump(exclude={"algorithm", "points_to_evaluate"}, exclude_none=True)
+    return TuneBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points)
+
+
+def build_scheduler(spec: Spec) -> TrialScheduler:
+    """Build the Ray trial scheduler for ``spec.scheduler``.
+
+    Args:
+        spec: The validated spec; ``max_t`` defaults to ``stop.training_iteration``.
+
+    Returns:
+        One of Ray's ``FIFOScheduler``, ``ASHAScheduler``, ``HyperBandScheduler``,
+        ``HyperBandForBOHB`` or ``MedianStoppingRule``.
+    """
+    s = spec.scheduler
+    if s.type == "fifo":
+        return FIFOScheduler()
+    if s.type == "asha":
+        return ASHAScheduler(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
+                             reduction_factor=s.reduction_factor, brackets=s.brackets,
+                             stop_last_trials=s.stop_last_trials)
+    if s.type in ("hyperband", "bohb"):
+        cls = HyperBandScheduler if s.type == "hyperband" else HyperBandForBOHB
+        return cls(time_attr=s.time_attr, max_t=spec.scheduler_max_t, reduction_factor=s.reduction_factor,
+                   stop_last_trials=s.stop_last_trials)
+    return MedianStoppingRule(time_attr=s.time_attr, grace_period=s.grace_period,
+                              min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
+
+
+def rungs(spec: Spec) -> list[list[float]]:
+    """Milestones (in ``time_attr`` units) at which the scheduler compares trials.
+
+    ASHA: one list of rungs per bracket ``s``, ``grace_period * rf**(k + s)`` below
+    ``max_t``, as Ray's ``AsyncHyperBandScheduler`` builds them. Hyperband and BOHB:
+    one list per bracket, from ``max_t * rf**-s`` up to ``max_t``, as Ray's
+    ``HyperBandScheduler``. Other schedulers have no rungs (empty list).
+
+    Returns:
+        ``[[r0, r1, ...], ...]``, one list per bracket, ascending.
+    """
+    s = spec.scheduler
+    max_t = spec.scheduler_max_t
+    if s.type == "asha":
+        out = []
+        for b in range(s.brackets):
+            n = int(math.log(max_t / s.grace_period) / math.log(s.reduction_factor) - b + 1)
+            out.append([s.grace_period * s.reduction_factor ** (k + b) for k in range(n)])
+        return out
+    if s.type in ("hyperband", "bohb"):
+        s_max_1 = int(round(math.log(max_t) / math.log(s.reduction_factor))) + 1
+        out = []
+        for b in reversed(range(s_max_1)):
+            r0 = int(max_t * s.reduction_factor ** (-b))
+            out.append([min(r0 * s.reduction_factor ** k, max_t) for k in range(b + 1)])
+        return out
+    return []
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def describe_search(spec: Spec) -> list[str]:
+    """Plan lines for the searcher and the scheduler, e.g. the ASHA rungs."""
+    s = spec.scheduler
+    search = {
+        "grid": "grid (BasicVariantGenerator): every grid point",
+        "random": "random (BasicVariantGenerator)",
+        "optuna": "optuna (TPE sampler)",
+        "bohb": "bohb (TuneBOHB, hpbandster)",
+    }[spec.search.algorithm]
+    seed = f", seed {spec.seed}" if spec.seed is not None else ""
+    lines = [f"searcher:   {search}{seed}"]
+    target = f"{s.time_attr}" if s.time_attr != "training_iteration" else "iterations"
+    if s.type == "fifo":
+        lines.append("scheduler:  fifo (every trial runs to its stop criteria)")
+    elif s.type == "median":
+        lines.append(f"scheduler:  median stopping rule after {_num(s.grace_period)} {target}, "
+                     f"once {s.min_samples_required} trials have results")
+    else:
+        name = {"asha": "asha (ASHAScheduler)", "hyperband": "hyperband (HyperBandScheduler)",
+                "bohb": "bohb (HyperBandForBOHB)"}[s.type]
+        brackets = rungs(spec)
+        lines.append(f"scheduler:  {name}, max_t {spec.scheduler_max_t} {target}, "
+                     f"reduction factor {_num(s.reduction_factor)}, {len(brackets)} bracket(s)")
+        for i, r in enumerate(brackets):
+            lines.append(f"            bracket {i}: rungs at {', '.join(_num(x) for x in r)} {target}")
+    return lines

@@ -1,0 +1,125 @@
+"""The command line: ``tuner run|validate SPEC`` (also ``python -m tuner``).
+
+Exit codes: 0 every trial ended well; 1 some trials errored (named in the summary);
+2 bad input (nothing started, nothing written); 130 interrupted.
+
+Errors are one compact paragraph; ``TUNER_DEBUG=1`` shows the full traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from tuner.spec import SpecError
+
+EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _debug() -> bool:
+    return os.environ.get("TUNER_DEBUG", "") not in ("", "0")
+
+
+def _bad_input(err: Exception) -> None:
+    if _debug():
+        traceback.print_exception(err)
+    click.echo(f"tuner: error: {err}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+_run_options = [
+    click.option("--storage", type=str, default=None, help="Parent folder of the experiment (overrides spec.storage)."),
+    click.option("--name", type=str, default=None, help="Experiment name (overrides spec.name)."),
+    click.option("--num-samples", type=int, default=None, help="Trials to sample (overrides spec.num_samples)."),
+    click.option("--num-cpus", type=float, default=None, help="CPUs of the local Ray (default: all)."),
+    click.option("--num-gpus", type=float, default=None, help="GPUs of the local Ray (default: detected)."),
+]
+
+
+def _with_run_options(func):
+    for option in reversed(_run_options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tuner")
+def cli() -> None:
+    """Tune a PyTorch train function from a YAML spec, on Ray Tune."""
+
+
+def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, address=None):
+    from tuner.engine import prepare
+
+    try:
+        return prepare(spec_path, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
+                       storage=storage, name=name, num_samples=num_samples)
+    except SpecError as err:
+        _bad_input(err)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
+@_with_run_options
+def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus) -> None:
+    """Check SPEC and print the plan; starts nothing, writes nothing."""
+    from tuner.engine import plan
+
+    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus)
+    click.echo(plan(prepared))
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
+@_with_run_options
+@click.option("--address", type=str, default=None,
+              help="Connect to this Ray cluster (auto, host:6379, ray://host:10001) instead of starting one.")
+@click.option("--dry-run", is_flag=True, help="Validate and print the plan, as `tuner validate`.")
+def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, address, dry_run) -> None:
+    """Run the tuning experiment described by SPEC."""
+    from tuner.engine import plan, run_prepared
+
+    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, address)
+    if dry_run:
+        click.echo(plan(prepared))
+        return
+    try:
+        result = run_prepared(prepared, echo=click.echo)
+    except SpecError as err:  # resources checked against the cluster once connected
+        _bad_input(err)
+    except KeyboardInterrupt:
+        click.echo("tuner: interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    click.echo(f"Results: {result.experiment_path}/results.csv, summary.json, best_config.yaml")
+    if result.num_errors:
+        for err in result.summary.get("errors", []):
+            click.echo(f"tuner: trial {err['trial_id']} errored: {err['error']} (log: {err['path']})", err=True)
+        click.echo(f"tuner: {result.num_errors} of {result.summary['trials']['total']} trials errored.", err=True)
+        sys.exit(EXIT_TRIALS_FAILED)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``tuner`` console script and ``python -m tuner``."""
+    try:
+        cli.main(args=argv, prog_name="tuner", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("tuner: interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(EXIT_BAD_INPUT)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("tuner: interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as err:  # noqa: BLE001 - compact by default, traceback on request
+        if _debug():
+            traceback.print_exception(err)
+        click.echo(f"tuner: error: {type(err).__name__}: {err}", err=True)
+        if not _debug():
+            click.echo("tuner: set TUNER_DEBUG=1 to see the traceback.", err=True)
+        sys.exit(EXIT_TRIALS_FAILED)

@@ -1,0 +1,266 @@
+"""The Python API: ``tune_model(spec)`` turns a validated Spec into a Ray Tune run.
+
+Data flows one way: YAML -> :class:`~tuner.spec.Spec` -> Ray objects (search space,
+searcher, scheduler, resources, reporter) -> ``Tuner.fit()`` -> :class:`TuneResult`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from tuner.spec import Spec, load_spec, resolve_trainable
+
+__all__ = ["tune_model", "plan", "prepare"]
+
+
+class Prepared:
+    """A spec checked against everything it needs before Ray starts.
+
+    Attributes:
+        spec: The validated spec.
+        trainable: The train function.
+        experiment_path: ``<storage>/<name>``, absolute.
+        cluster: The resources trials will run on.
+        python_path: Folders the trial workers need on ``sys.path``.
+        address: Ray cluster to connect to, or None for the embedded local Ray.
+        num_cpus: CPUs of the local Ray, or None for all.
+        num_gpus: GPUs of the local Ray, or None for the detected ones.
+    """
+
+    def __init__(self, spec: Spec, trainable: Callable, experiment_path: Path, cluster, python_path: list[str],
+                 address: str | None = None, num_cpus: float | None = None, num_gpus: float | None = None):
+        self.spec = spec
+        self.address = address
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.trainable = trainable
+        self.experiment_path = experiment_path
+        self.cluster = cluster
+        self.python_path = python_path
+
+
+def prepare(
+    spec: str | os.PathLike | Mapping | Spec,
+    *,
+    trainable: Callable | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    address: str | None = None,
+    **overrides: Any,
+) -> Prepared:
+    """Load the spec, import the train function and check resources and the folder.
+
+    Nothing is started and nothing is written.
+
+    Args:
+        spec: A YAML path, a mapping or a Spec.
+        trainable: A callable that replaces ``spec.trainable``.
+        num_cpus: CPUs of the local Ray (ignored when Ray is already running).
+        num_gpus: GPUs of the local Ray (ignored when Ray is already running).
+        address: Ray cluster to connect to; its resources are checked once connected.
+        **overrides: Spec keys to replace, as in :func:`~tuner.spec.load_spec`.
+
+    Returns:
+        The Prepared run.
+
+    Raises:
+        SpecError: For any problem with the spec, the train function, the resources
+            or the experiment folder.
+    """
+    import ray
+
+    from tuner.cluster import cluster_resources
+    from tuner.resources import check_fits, local_resources
+
+    spec = load_spec(spec, **overrides)
+    base_dirs = [str(Path(spec.source).resolve().parent)] if spec.source else []
+    fn = trainable if trainable is not None else resolve_trainable(spec, base_dirs)
+    if not callable(fn):
+        raise TypeError(f"trainable must be a callable taking config, but got {type(fn).__name__}")
+    cluster = None
+    if ray.is_initialized():
+        cluster = cluster_resources()
+    elif address is None:
+        cluster = local_resources(num_cpus, num_gpus)
+    if cluster is not None:
+        check_fits(spec, cluster)
+    experiment_path = Path(spec.storage).expanduser().resolve() / spec.name
+    if experiment_path.exists() and any(experiment_path.iterdir()):
+        raise spec.error("name", f"the experiment folder {experiment_path} already exists; choose another "
+                         "name (--name NAME) or remove that folder.")
+    python_path = list(dict.fromkeys([os.getcwd(), *base_dirs]))
+    return Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
+
+
+def plan(prepared: Prepared) -> str:
+    """The run plan that ``tuner validate`` prints: trials, searcher, scheduler, resources.
+
+    Returns:
+        Several lines of text, one fact a line.
+    """
+    from tuner.algorithms import describe_search
+    from tuner.resources import describe_resources
+    from tuner.space import grid_size, sampled_params
+
+    spec = prepared.spec
+    grid = grid_size(spec)
+    trials = grid * spec.num_samples
+    how = (f"{grid} grid point{'s' if grid != 1 else ''} x {spec.num_samples} repeat"
+           f"{'s' if spec.num_samples != 1 else ''}") if grid > 1 or spec.search.algorithm == "grid" \
+        else f"{spec.num_samples} sample{'s' if spec.num_samples != 1 else ''}"
+    lines = [
+        f"spec:       {spec.source or '<mapping>'} is valid",
+        f"experiment: {spec.name} -> {prepared.experiment_path}",
+        f"trainable:  {getattr(prepared.trainable, '__module__', '?')}:{getattr(prepared.trainable, '__name__', '?')}",
+        f"trials:     {trials} ({how})",
+        f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
+        f"metric:     {spec.metric} ({spec.mode})" if spec.metric else "metric:     (none: no best trial)",
+    ]
+    budget = []
+    if spec.stop:
+        budget.append("stop " + ", ".join(f"{k} >= {v:g}" for k, v in spec.stop.items()))
+    if spec.time_budget_s:
+        budget.append(f"time budget {spec.time_budget_s:g} s")
+    if budget:
+        lines.append(f"budget:     {'; '.join(budget)}")
+    lines += describe_search(spec)
+    if prepared.cluster is not None:
+        lines += describe_resources(spec, prepared.cluster)
+    else:
+        lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
+    return "\n".join(lines)
+
+
+def _trial_entry(fn: Callable, config: dict) -> Any:
+    """Run the user's train function with plain Python config values."""
+    from tuner.space import plain
+
+    return fn(plain(config))
+
+
+def _wrap(fn: Callable) -> Callable:
+    wrapped = functools.partial(_trial_entry, fn)
+    name = getattr(fn, "__name__", "trial")
+
+    def trial(config):
+        return wrapped(config)
+
+    trial.__name__ = trial.__qualname__ = name
+    return trial
+
+
+def tune_model(
+    spec: str | os.PathLike | Mapping | Spec,
+    *,
+    trainable: Callable | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    address: str | None = None,
+    **overrides: Any,
+):
+    """Run a tuning experiment described by a spec and return what it found.
+
+    Starts an embedded local Ray unless this process is already connected to one
+    (``ray.init`` called before), runs Ray Tune's ``Tuner.fit()``, then writes
+    ``summary.json``, ``best_config.yaml`` and ``results.csv`` into
+    ``<storage>/<name>/``.
+
+    Args:
+        spec: A YAML path, a mapping with the spec's keys, or a Spec.
+        trainable: A train function that replaces ``spec.trainable``. An existing Ray
+            Tune function trainable (one that calls ``ray.tune.report``) works as is.
+        num_cpus: CPUs of the embedded local Ray; default all of this machine's.
+        num_gpus: GPUs of the embedded local Ray; default the ones Ray detects.
+        address: A running Ray cluster to use instead (``auto``, ``host:6379``,
+            ``ray://host:10001``).
+        **overrides: Spec keys to replace, e.g. ``num_samples=4``, ``storage="/tmp/x"``.
+
+    Returns:
+        tuner.results.TuneResult: ``best_config``, ``best_metrics``,
+        ``best_checkpoint``, ``experiment_path`` and ``dataframe`` (one row per trial).
+
+    Raises:
+        SpecError: If the spec, the train function, the resources or the experiment
+            folder is wrong; raised before Ray starts, with nothing written.
+    """
+    prepared = prepare(spec, trainable=trainable, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
+                       **overrides)
+    return run_prepared(prepared)
+
+
+def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = None):
+    """Run a :class:`Prepared` experiment; see :func:`tune_model`.
+
+    Args:
+        prepared: From :func:`prepare`.
+        echo: Where to print the TensorBoard hint and the best-trial line (the CLI
+            passes ``click.echo``); None prints nothing.
+    """
+    from tuner import reporting
+
+    reporting.prepare_console()  # before Ray Tune is imported by the modules below
+
+    from ray import tune
+
+    from tuner.algorithms import build_scheduler, build_searcher
+    from tuner.cluster import link_ray_logs, ray_session
+    from tuner.resources import trial_request
+    from tuner.results import best_line, collect_results
+    from tuner.space import to_ray_space
+
+    spec = prepared.spec
+    path = prepared.experiment_path
+    fn = prepared.trainable
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    if module is not None and module.__name__.startswith("tuner_user_"):
+        from ray import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)  # a file-path trainable: workers cannot import it
+
+    started = time.monotonic()
+    path.mkdir(parents=True, exist_ok=True)
+    with reporting.log_to_file(path / "tuner.log"), \
+            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+        if prepared.cluster is None:
+            from tuner.cluster import cluster_resources
+            from tuner.resources import check_fits
+
+            check_fits(spec, cluster_resources())
+        if echo:
+            echo(f"Experiment {spec.name}: {path}")
+            echo(f"TensorBoard: {reporting.tensorboard_hint(path)}")
+        tuner = tune.Tuner(
+            tune.with_resources(_wrap(fn), trial_request(spec)),
+            param_space=to_ray_space(spec),
+            tune_config=tune.TuneConfig(
+                metric=spec.metric,
+                mode=spec.mode,
+                search_alg=build_searcher(spec),
+                scheduler=build_scheduler(spec),
+                num_samples=spec.num_samples,
+                max_concurrent_trials=spec.max_concurrent_trials,
+                time_budget_s=spec.time_budget_s,
+                reuse_actors=True,
+                trial_dirname_creator=lambda t: f"{t.trainable_name}_{t.trial_id}",
+            ),
+            run_config=tune.RunConfig(
+                name=spec.name,
+                storage_path=str(path.parent),
+                stop=dict(spec.stop) if spec.stop else None,
+                progress_reporter=reporting.build_reporter(spec),
+                callbacks=reporting.build_callbacks(spec),
+                verbose=1 if spec.reporting.cli is not False else 0,
+                log_to_file=True,
+            ),
+        )
+        grid = tuner.fit()
+        link_ray_logs(session_dir, path)
+    result = collect_results(spec, grid, path, time.monotonic() - started)
+    if echo:
+        echo(best_line(spec, result))
+    return result

@@ -1,0 +1,115 @@
+"""Resources: what one trial asks of Ray, and how many trials fit at once.
+
+A trial's request becomes ``ray.tune.with_resources(trainable, {"cpu": c, "gpu": g})``.
+The fit count is what Ray's scheduler can run concurrently on the cluster's totals.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from tuner.spec import Spec
+
+__all__ = ["ClusterResources", "trial_request", "trials_that_fit", "local_resources", "describe_resources"]
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    """Totals of a Ray cluster (or of the local Ray about to be started).
+
+    Attributes:
+        cpu: Logical CPUs.
+        gpu: Logical GPUs.
+        source: Where the figures come from, e.g. ``"this machine"``.
+    """
+
+    cpu: float
+    gpu: float
+    source: str = "this machine"
+
+
+def local_resources(num_cpus: float | None = None, num_gpus: float | None = None) -> ClusterResources:
+    """Resources the embedded local Ray will have, without starting it.
+
+    Args:
+        num_cpus: ``--num-cpus``; default: the CPUs of this machine (``os.cpu_count``).
+        num_gpus: ``--num-gpus``; default: the GPUs in ``CUDA_VISIBLE_DEVICES``, else the
+            CUDA devices torch sees (0 without CUDA).
+
+    Returns:
+        The totals Ray will be given, as ``ray.init(num_cpus=..., num_gpus=...)``.
+    """
+    cpus = float(num_cpus) if num_cpus is not None else float(os.cpu_count() or 1)
+    if num_gpus is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            num_gpus = len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+        else:
+            try:
+                import torch
+
+                num_gpus = torch.cuda.device_count()
+            except Exception:  # noqa: BLE001 - no torch or no driver: no GPUs
+                num_gpus = 0
+    flags = " (--num-cpus/--num-gpus)" if num_cpus is not None or num_gpus is not None else ""
+    return ClusterResources(cpus, float(num_gpus), "this machine" + flags)
+
+
+def trial_request(spec: Spec) -> dict[str, float]:
+    """The Ray resource request of one trial, e.g. ``{"cpu": 1, "gpu": 0.5}``."""
+    return {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.gpu)}
+
+
+def trials_that_fit(spec: Spec, cluster: ClusterResources) -> int:
+    """How many trials Ray can run at once on ``cluster`` (before max_concurrent_trials).
+
+    Returns:
+        ``min(floor(cpus / cpu per trial), floor(gpus / gpu per trial))`` over the
+        resources the trial asks for; 0 if even one trial cannot fit.
+    """
+    req = trial_request(spec)
+    fits = []
+    for key, have in (("cpu", cluster.cpu), ("gpu", cluster.gpu)):
+        if req[key] > 0:
+            fits.append(math.floor(have / req[key] + 1e-9))
+    return min(fits) if fits else 0
+
+
+def describe_resources(spec: Spec, cluster: ClusterResources) -> list[str]:
+    """Plan lines for resources: per trial, the cluster, and trials at a time."""
+    req = trial_request(spec)
+    fit = trials_that_fit(spec, cluster)
+    at_once = fit
+    if spec.max_concurrent_trials is not None:
+        at_once = min(fit, spec.max_concurrent_trials)
+    lines = [
+        f"resources:  {req['cpu']:g} CPU, {req['gpu']:g} GPU per trial",
+        f"cluster:    {cluster.cpu:g} CPU, {cluster.gpu:g} GPU on {cluster.source}",
+    ]
+    if fit == 0:
+        lines.append("fit:        0 trials at a time: a trial asks for more than the cluster has")
+    else:
+        cap = f" (max_concurrent_trials {spec.max_concurrent_trials})" if at_once < fit else ""
+        lines.append(f"fit:        {at_once} trial{'s' if at_once != 1 else ''} at a time{cap}")
+    return lines
+
+
+def check_fits(spec: Spec, cluster: ClusterResources) -> None:
+    """Refuse a trial that can never be placed, instead of letting it queue forever.
+
+    Raises:
+        SpecError: Pointing at ``resources`` when one trial needs more CPUs or GPUs than
+            the cluster has.
+    """
+    if trials_that_fit(spec, cluster) > 0:
+        return
+    req = trial_request(spec)
+    key = "gpu" if req["gpu"] > cluster.gpu else "cpu"
+    have = cluster.gpu if key == "gpu" else cluster.cpu
+    raise spec.error(
+        f"resources.{key}",
+        f"one trial asks for {req[key]:g} {key.upper()}, but {cluster.source} has {have:g}; "
+        f"lower resources.{key} or give Ray more (--num-{key}s, or a cluster with --address).",
+    )

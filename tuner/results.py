@@ -1,0 +1,185 @@
+"""Results: Ray's ResultGrid -> ``TuneResult``, ``summary.json``, ``best_config.yaml``, ``results.csv``.
+
+Files written into the experiment folder ``<storage>/<name>/``:
+
+* ``summary.json``: ``metric``, ``mode``, ``best`` (``trial_id``, ``config``,
+  ``metrics``), ``trials`` (``total``, ``by_status`` keyed by Ray's trial statuses),
+  ``errors`` (one entry per errored trial) and ``wall_time_s``.
+* ``best_config.yaml``: the best trial's config, plain YAML.
+* ``results.csv``: one row per trial: ``trial_id``, ``status``, ``config/<param>``
+  (nested names joined by ``/``), then the last reported metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from ray.tune import ResultGrid
+from ray.tune.result import AUTO_RESULT_KEYS
+
+from tuner.space import plain
+from tuner.spec import Spec
+
+__all__ = ["TuneResult", "collect_results", "best_line"]
+
+# Keys Ray adds to every result; results.csv keeps training_iteration of these.
+_RAY_KEYS = set(AUTO_RESULT_KEYS) | {"trial_id", "experiment_tag", "done", "should_checkpoint",
+                                     "node_ip", "experiment_id", "timestamp", "date"}
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run found.
+
+    Attributes:
+        best_config: Config of the best trial (plain Python values), or None without a
+            metric or without a finished trial.
+        best_metrics: Last reported metrics of the best trial.
+        best_checkpoint: Folder of the best trial's latest checkpoint, or None.
+        best_trial_id: Ray's id of the best trial.
+        experiment_path: The experiment folder, ``<storage>/<name>``.
+        dataframe: One row per trial, the same table as ``results.csv``.
+        summary: The content of ``summary.json``.
+    """
+
+    best_config: dict[str, Any] | None
+    best_metrics: dict[str, Any] | None
+    best_checkpoint: str | None
+    best_trial_id: str | None
+    experiment_path: str
+    dataframe: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_errors(self) -> int:
+        """Number of trials that ended in ERROR."""
+        return self.summary.get("trials", {}).get("by_status", {}).get("ERROR", 0)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "/"))
+        else:
+            out[name] = value
+    return out
+
+
+def _user_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    flat = _flatten({k: v for k, v in metrics.items() if k not in _RAY_KEYS and k != "config"})
+    flat["training_iteration"] = metrics.get("training_iteration")
+    return plain(flat)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: write None instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _statuses(grid: ResultGrid) -> list[str]:
+    # Ray keeps the trials (with their status) on the ResultGrid's ExperimentAnalysis.
+    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
+    if trials is not None and len(trials) == len(grid):
+        return [str(t.status) for t in trials]
+    return ["ERROR" if r.error else "TERMINATED" for r in grid]
+
+
+def _last_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[-1] if text else type(error).__name__
+
+
+def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.PathLike, wall_time_s: float) -> TuneResult:
+    """Build the TuneResult and write ``summary.json``, ``best_config.yaml`` and ``results.csv``.
+
+    Args:
+        spec: The spec that was run.
+        grid: Ray's ``ResultGrid`` from ``Tuner.fit()``.
+        experiment_path: The experiment folder.
+        wall_time_s: Wall time of the run, in seconds.
+
+    Returns:
+        The TuneResult. The best trial is the best by the last reported value of
+        ``spec.metric`` (Ray's ``get_best_result(scope="last")``, which skips NaN).
+    """
+    path = Path(experiment_path)
+    statuses = _statuses(grid)
+    rows, errors = [], []
+    for result, status in zip(grid, statuses):
+        metrics = result.metrics or {}
+        trial_id = metrics.get("trial_id") or Path(result.path).name
+        row = {"trial_id": trial_id, "status": status}
+        row.update({f"config/{k}": v for k, v in _flatten(plain(result.config or {})).items()})
+        row.update(_user_metrics(metrics) if metrics else {})
+        rows.append(row)
+        if result.error is not None:
+            errors.append({"trial_id": trial_id, "error": _last_line(result.error), "path": str(result.path)})
+    frame = pd.DataFrame(rows)
+    if not frame.empty and spec.metric in frame.columns:
+        frame = frame.sort_values(spec.metric, ascending=spec.mode == "min", na_position="last", kind="stable")
+    frame = frame.reset_index(drop=True)
+
+    best_config = best_metrics = best_ckpt = best_id = None
+    if spec.metric:
+        try:
+            best = grid.get_best_result(metric=spec.metric, mode=spec.mode, scope="last", filter_nan_and_inf=True)
+        except (RuntimeError, KeyError, ValueError):
+            best = None
+        if best is not None and best.metrics and spec.metric in best.metrics:
+            best_config = plain(best.config)
+            best_metrics = _user_metrics(best.metrics)
+            best_id = best.metrics.get("trial_id")
+            best_ckpt = best.checkpoint.path if best.checkpoint is not None else None
+
+    by_status: dict[str, int] = {}
+    for s in statuses:
+        by_status[s] = by_status.get(s, 0) + 1
+    summary = {
+        "name": spec.name,
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "best": None if best_id is None else {
+            "trial_id": best_id,
+            "config": best_config,
+            "metrics": {k: _finite(v) for k, v in (best_metrics or {}).items()},
+            "checkpoint": best_ckpt,
+        },
+        "trials": {"total": len(statuses), "by_status": by_status},
+        "errors": errors,
+        "wall_time_s": round(wall_time_s, 3),
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    if best_config is not None:
+        _atomic_write(path / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
+    frame.to_csv(path / "results.csv.tmp", index=False)
+    os.replace(path / "results.csv.tmp", path / "results.csv")
+    return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary)
+
+
+def best_line(spec: Spec, result: TuneResult) -> str:
+    """The closing line: ``Best trial <id>: <metric>=<value> config={...}``."""
+    if result.best_trial_id is None:
+        if spec.metric is None:
+            return "No best trial: the spec sets no metric."
+        return f"No best trial: no trial reported a finite {spec.metric}."
+    value = (result.best_metrics or {}).get(spec.metric)
+    shown = f"{value:.6g}" if isinstance(value, float) else value
+    return f"Best trial {result.best_trial_id}: {spec.metric}={shown} config={result.best_config}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

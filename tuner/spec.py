@@ -1,0 +1,1002 @@
+"""Spec loading and validation: YAML text -> a frozen, validated :class:`Spec`.
+
+The spec is the contract of the project: everything a run needs is in it, and every
+mistake in it is refused here, before Ray starts and before anything is written.
+
+Loading is YAML 1.1 ``safe_load`` semantics with two fixes that users of PyYAML trip
+over: ``1e-4`` is a float (YAML 1.2 reading), and a key given twice is an error instead
+of a silent overwrite. Every error carries ``file:line:col`` and the field path, e.g.::
+
+    space.yaml:7:21: param_space.lr.low: `low < high` must hold, but got (low=0.1, high=0.001).
+
+Validation is pydantic v2. Distributions validate themselves when they are built (the
+model of ``optuna/distributions.py``), and cross-field rules (searcher/scheduler pairs,
+rung bounds) are checked by the :class:`Spec` itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypeAliasType
+
+__all__ = [
+    "Spec",
+    "SpecError",
+    "SpecIssue",
+    "load_spec",
+    "resolve_trainable",
+    "DISTRIBUTION_TYPES",
+    "SEARCH_ALGORITHMS",
+    "SCHEDULER_TYPES",
+]
+
+# --------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem found in a spec.
+
+    Attributes:
+        path: Dotted field path, e.g. ``param_space.lr.low``; empty for the whole file.
+        message: One sentence saying what is wrong and what is allowed.
+        line: 1-based line in the spec file, or None for a spec given as a dict.
+        col: 1-based column, or None.
+    """
+
+    path: str
+    message: str
+    line: int | None = None
+    col: int | None = None
+
+
+class SpecError(ValueError):
+    """A spec that cannot be run. ``str()`` gives one line per problem.
+
+    Each line reads ``file:line:col: field.path: message``. The CLI prints it and exits
+    with code 2; nothing has been started or written when it is raised.
+
+    Attributes:
+        issues: The problems, in file order.
+        source: The spec file, or None for a spec given as a mapping.
+    """
+
+    def __init__(self, issues: Iterable[SpecIssue], source: str | os.PathLike | None = None):
+        self.issues = list(issues)
+        self.source = os.fspath(source) if source is not None else None
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        """Return the error text: one ``file:line:col: path: message`` line per issue."""
+        lines = []
+        for issue in self.issues:
+            where = self.source or "<spec>"
+            if issue.line is not None:
+                where += f":{issue.line}:{issue.col}"
+            head = f"{where}: {issue.path}: " if issue.path else f"{where}: "
+            lines.append(head + issue.message)
+        return "\n".join(lines)
+
+
+def _fail(field: str, message: str) -> PydanticCustomError:
+    """Build a validation error that points at ``field`` below the current model."""
+    return PydanticCustomError("tuner_spec", message.replace("{", "{{").replace("}", "}}"), {"field": field})
+
+
+def _closest(word: str, choices: Iterable[str]) -> str | None:
+    match = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _allowed(choices: Iterable[str]) -> str:
+    return ", ".join(choices)
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _Model(BaseModel):
+    """Base of every spec section: frozen, and unknown keys are refused with a hint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = list(cls.model_fields)
+            for key in data:
+                if key not in cls.model_fields:
+                    hint = _closest(key, known)
+                    guess = f"; did you mean '{hint}'?" if hint else "."
+                    raise PydanticCustomError(
+                        "tuner_unknown_key",
+                        f"unknown key '{key}'{guess} Allowed keys: {_allowed(known)}.".replace("{", "{{").replace("}", "}}"),
+                        {"field": str(key), "key": True},
+                    )
+        return data
+
+
+def _check_multiple(name: str, value: float, q: float) -> None:
+    if not math.isclose(value / q, round(value / q), rel_tol=1e-9, abs_tol=1e-12):
+        raise _fail(name, f"{name} must be a multiple of q, but got ({name}={value}, q={q}).")
+
+
+class _Dist(_Model):
+    """Common base of the distributions: the same names and meanings as Ray Tune's."""
+
+    @property
+    def is_numeric_range(self) -> bool:
+        """Whether the distribution is a numeric range (enumerated by ``grid_points``)."""
+        return hasattr(self, "grid_points")
+
+
+class _Range(_Dist):
+    low: float
+    high: float
+    grid_points: int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if not self.low < self.high:
+            raise _fail("low", f"`low < high` must hold, but got (low={self.low}, high={self.high}).")
+        return self
+
+
+class Uniform(_Range):
+    """Float uniformly in ``[low, high)``; wraps ``tune.uniform``."""
+
+    type: Literal["uniform"]
+
+
+class QUniform(_Range):
+    """Float uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.quniform``."""
+
+    type: Literal["quniform"]
+    q: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _q(self):
+        _check_multiple("low", self.low, self.q)
+        _check_multiple("high", self.high, self.q)
+        return self
+
+
+class LogUniform(_Range):
+    """Float log-uniformly in ``[low, high)``, ``low > 0``; ``tune.loguniform``.
+
+    ``base`` is accepted for compatibility and has no effect: a log-uniform
+    distribution is the same in every base.
+    """
+
+    type: Literal["loguniform"]
+    base: float = Field(default=10, gt=0)
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if self.low <= 0:
+            raise _fail("low", f"low must be > 0 for a log scale, but got low={self.low}.")
+        return self
+
+
+class QLogUniform(LogUniform):
+    """Float log-uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.qloguniform``."""
+
+    type: Literal["qloguniform"]  # type: ignore[assignment]
+    q: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _q(self):
+        _check_multiple("low", self.low, self.q)
+        _check_multiple("high", self.high, self.q)
+        return self
+
+
+class RandN(_Dist):
+    """Float from a normal distribution, unbounded; ``tune.randn``."""
+
+    type: Literal["randn"]
+    mean: float = 0.0
+    sd: float = Field(default=1.0, gt=0)
+
+
+class QRandN(RandN):
+    """Normal float rounded to a multiple of ``q``; ``tune.qrandn``."""
+
+    type: Literal["qrandn"]  # type: ignore[assignment]
+    q: float = Field(gt=0)
+
+
+class _IntRange(_Dist):
+    low: int
+    high: int
+    grid_points: int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if not self.low < self.high:
+            raise _fail("low", f"`low < high` must hold, but got (low={self.low}, high={self.high}).")
+        return self
+
+
+class RandInt(_IntRange):
+    """Integer uniformly in ``[low, high)`` (high exclusive); ``tune.randint``."""
+
+    type: Literal["randint"]
+
+
+class QRandInt(_IntRange):
+    """Integer multiple of ``q`` in ``[low, high]`` (high inclusive, exclusive for q=1); ``tune.qrandint``."""
+
+    type: Literal["qrandint"]
+    q: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _q(self):
+        _check_multiple("low", self.low, self.q)
+        _check_multiple("high", self.high, self.q)
+        return self
+
+
+class LogRandInt(_IntRange):
+    """Integer log-uniformly in ``[low, high)``, ``low >= 1``; ``tune.lograndint``."""
+
+    type: Literal["lograndint"]
+    base: float = Field(default=10, gt=0)
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if self.low < 1:
+            raise _fail("low", f"low must be >= 1 for a log scale, but got low={self.low}.")
+        return self
+
+
+class QLogRandInt(LogRandInt):
+    """Integer multiple of ``q`` log-uniformly in ``[low, high]``; ``tune.qlograndint``."""
+
+    type: Literal["qlograndint"]  # type: ignore[assignment]
+    q: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _q(self):
+        _check_multiple("low", self.low, self.q)
+        _check_multiple("high", self.high, self.q)
+        return self
+
+
+class _Values(_Dist):
+    values: list[Any]
+
+    @field_validator("values")
+    @classmethod
+    def _non_empty(cls, values: list[Any]) -> list[Any]:
+        if not values:
+            raise PydanticCustomError("tuner_spec", "values must hold at least one value, but got [].")
+        return values
+
+    @property
+    def is_numeric_range(self) -> bool:
+        return False
+
+
+class Choice(_Values):
+    """One of ``values``, uniformly; ``tune.choice``. Enumerated under grid search."""
+
+    type: Literal["choice"]
+
+
+class Grid(_Values):
+    """Every one of ``values`` in turn; ``tune.grid_search``."""
+
+    type: Literal["grid"]
+
+
+_DISTRIBUTIONS = (Uniform, QUniform, LogUniform, QLogUniform, RandN, QRandN,
+                  RandInt, QRandInt, LogRandInt, QLogRandInt, Choice, Grid)
+DISTRIBUTION_TYPES: tuple[str, ...] = tuple(
+    c.model_fields["type"].annotation.__args__[0] for c in _DISTRIBUTIONS  # type: ignore[union-attr]
+)
+"""Names allowed as a parameter's ``type``, as in Ray Tune's sampling functions."""
+
+Distribution = Annotated[Union[_DISTRIBUTIONS], Field(discriminator="type")]  # type: ignore[valid-type]
+
+
+def _param_kind(value: Any) -> str:
+    if isinstance(value, _Dist):
+        return "<dist>"
+    if isinstance(value, Mapping):
+        return "<dist>" if "type" in value else "<nested>"
+    return "<const>"
+
+
+ParamValue = TypeAliasType(
+    "ParamValue",
+    Annotated[
+        Union[
+            Annotated[Distribution, Tag("<dist>")],
+            Annotated[dict[str, "ParamValue"], Tag("<nested>")],
+            Annotated[Any, Tag("<const>")],
+        ],
+        Discriminator(_param_kind),
+    ],
+)
+
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+# Searchers -----------------------------------------------------------------
+
+
+class _Search(_Model):
+    points_to_evaluate: list[dict[str, Any]] | None = None
+
+
+class RandomSearch(_Search):
+    """Random sampling (and grid parameters, if any): Ray's ``BasicVariantGenerator``."""
+
+    algorithm: Literal["random"]
+
+
+class GridSearch(_Model):
+    """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``)."""
+
+    algorithm: Literal["grid"]
+
+
+class OptunaSearch(_Search):
+    """Optuna's TPE sampler through ``ray.tune.search.optuna.OptunaSearch``.
+
+    Bergstra et al., "Algorithms for Hyper-Parameter Optimization", NeurIPS 2011.
+    """
+
+    algorithm: Literal["optuna"]
+    n_startup_trials: int = Field(default=10, ge=0)
+    multivariate: bool = False
+
+
+class BOHBSearch(_Search):
+    """BOHB's model-based sampler through ``ray.tune.search.bohb.TuneBOHB`` (hpbandster).
+
+    Falkner et al., "BOHB: Robust and Efficient Hyperparameter Optimization at Scale",
+    ICML 2018. The options are hpbandster's ``BOHB`` keyword arguments.
+    """
+
+    algorithm: Literal["bohb"]
+    min_points_in_model: int | None = Field(default=None, ge=1)
+    top_n_percent: int = Field(default=15, ge=1, le=99)
+    num_samples: int = Field(default=64, ge=1)
+    random_fraction: float = Field(default=1 / 3, ge=0, le=1)
+    bandwidth_factor: float = Field(default=3, gt=0)
+    min_bandwidth: float = Field(default=1e-3, gt=0)
+
+
+SearchConfig = Annotated[Union[RandomSearch, GridSearch, OptunaSearch, BOHBSearch], Field(discriminator="algorithm")]
+SEARCH_ALGORITHMS = ("grid", "random", "bohb", "optuna")
+
+
+# Schedulers ----------------------------------------------------------------
+
+
+def _reduction_factor(value: float) -> float:
+    if not value > 1:
+        raise PydanticCustomError(
+            "tuner_spec",
+            f"reduction_factor must be > 1 (each rung keeps 1/reduction_factor of its trials), but got {value}.",
+        )
+    return value
+
+
+class _Sched(_Model):
+    time_attr: str = "training_iteration"
+
+
+class FIFOScheduler(_Sched):
+    """Run every trial to its end: Ray's ``FIFOScheduler``."""
+
+    type: Literal["fifo"]
+
+
+class ASHAScheduler(_Sched):
+    """Asynchronous Successive Halving: Ray's ``ASHAScheduler``.
+
+    Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020.
+    ``max_t`` and ``grace_period`` are in units of ``time_attr`` (epochs when that is
+    ``training_iteration``). ``max_t`` defaults to ``stop.training_iteration``, else 100.
+    """
+
+    type: Literal["asha"]
+    max_t: int | None = Field(default=None, ge=1)
+    grace_period: int = Field(default=1, ge=1)
+    reduction_factor: float = 4
+    brackets: int = Field(default=1, ge=1)
+    stop_last_trials: bool = True
+
+    @field_validator("reduction_factor")
+    @classmethod
+    def _rf(cls, value: float) -> float:
+        return _reduction_factor(value)
+
+
+class HyperBandScheduler(_Sched):
+    """Synchronous Hyperband: Ray's ``HyperBandScheduler``.
+
+    Li et al., "Hyperband: A Novel Bandit-Based Approach to Hyperparameter
+    Optimization", JMLR 2018.
+    """
+
+    type: Literal["hyperband"]
+    max_t: int | None = Field(default=None, ge=1)
+    reduction_factor: float = 3
+    stop_last_trials: bool = True
+
+    @field_validator("reduction_factor")
+    @classmethod
+    def _rf(cls, value: float) -> float:
+        return _reduction_factor(value)
+
+
+class BOHBScheduler(HyperBandScheduler):
+    """Hyperband brackets for BOHB: Ray's ``HyperBandForBOHB``. Pairs only with ``search: bohb``."""
+
+    type: Literal["bohb"]  # type: ignore[assignment]
+
+
+class MedianScheduler(_Sched):
+    """Median stopping rule: Ray's ``MedianStoppingRule``.
+
+    Golovin et al., "Google Vizier: A Service for Black-Box Optimization", KDD 2017.
+    """
+
+    type: Literal["median"]
+    grace_period: float = Field(default=1, ge=0)
+    min_samples_required: int = Field(default=3, ge=1)
+    hard_stop: bool = True
+
+
+SchedulerConfig = Annotated[
+    Union[FIFOScheduler, ASHAScheduler, HyperBandScheduler, BOHBScheduler, MedianScheduler],
+    Field(discriminator="type"),
+]
+SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "bohb", "median")
+
+
+# Other sections -------------------------------------------------------------
+
+
+class Resources(_Model):
+    """Resources of one trial.
+
+    Attributes:
+        cpu: CPUs per trial; fractional allowed.
+        gpu: GPUs per trial; a fraction below 1 packs several trials on one GPU,
+            above 1 it must be a whole number.
+    """
+
+    cpu: float = Field(default=1, ge=0)
+    gpu: float = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.cpu == 0 and self.gpu == 0:
+            raise _fail("cpu", "a trial needs cpu > 0 or gpu > 0, but got (cpu=0, gpu=0).")
+        if self.gpu > 1 and self.gpu != int(self.gpu):
+            raise _fail("gpu", f"gpu above 1 must be a whole number (a fraction only below 1), but got gpu={self.gpu}.")
+        return self
+
+
+class CLIReporting(_Model):
+    """Ray's classic CLIReporter table.
+
+    Attributes:
+        metric_columns: Metrics shown as columns; defaults to ``metric`` and
+            ``training_iteration``.
+        max_report_frequency: Seconds between two tables.
+    """
+
+    metric_columns: list[str] | None = None
+    max_report_frequency: int = Field(default=10, ge=1)
+
+
+class Reporting(_Model):
+    """Where progress shows: the CLIReporter table (``cli``) and TensorBoard event files."""
+
+    cli: CLIReporting | bool = True
+    tensorboard: bool = True
+
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_TRAINABLE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:]+\.py):[A-Za-z_]\w*$")
+_NEEDS_METRIC = {"asha", "hyperband", "bohb", "median"}
+
+
+class Spec(_Model):
+    """A validated, frozen tuning spec. Build it with :func:`load_spec`.
+
+    See the README's "The spec" section for every field. Validation refuses wrong
+    searcher/scheduler pairs, grid values under model-based searchers, schedulers
+    without a metric, and rungs that cannot exist.
+    """
+
+    name: str = "experiment"
+    trainable: str
+    metric: str | None = None
+    mode: Literal["min", "max"] | None = None
+    num_samples: int = Field(default=1, ge=1)
+    max_concurrent_trials: int | None = Field(default=None, ge=1)
+    time_budget_s: float | None = Field(default=None, gt=0)
+    stop: dict[str, float] | None = None
+    seed: int | None = None
+    param_space: dict[str, ParamValue] = Field(default_factory=dict)  # type: ignore[valid-type]
+    search: SearchConfig = Field(default_factory=lambda: RandomSearch(algorithm="random"))
+    scheduler: SchedulerConfig = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
+    resources: Resources = Field(default_factory=Resources)
+    reporting: Reporting = Field(default_factory=Reporting)
+    storage: str = "runs"
+
+    _source: str | None = PrivateAttr(default=None)
+    _marks: dict = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_scheduler(cls, data: Any) -> Any:
+        """No scheduler given: ``bohb`` under BOHB search, else ``fifo``."""
+        if isinstance(data, Mapping) and data.get("scheduler") is None:
+            search = data.get("search")
+            algo = search.get("algorithm") if isinstance(search, Mapping) else getattr(search, "algorithm", None)
+            data = {**data, "scheduler": {"type": "bohb" if algo == "bohb" else "fifo"}}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value) or set(value) == {"."}:
+            raise PydanticCustomError(
+                "tuner_spec",
+                f"name may hold only letters, digits, '.', '_' and '-' (no '/', not '..'), but got {value!r}.",
+            )
+        return value
+
+    @field_validator("trainable")
+    @classmethod
+    def _trainable(cls, value: str) -> str:
+        if not _TRAINABLE.match(value):
+            raise PydanticCustomError(
+                "tuner_spec",
+                f"trainable must be 'package.module:function' or 'path/to/file.py:function', but got {value!r}.",
+            )
+        return value
+
+    @field_validator("param_space")
+    @classmethod
+    def _param_names(cls, value: dict) -> dict:
+        def walk(space: Mapping, prefix: str) -> None:
+            for key, sub in space.items():
+                if not _PARAM_NAME.match(key):
+                    raise _fail(
+                        prefix + key,
+                        f"parameter names must start with a letter or '_' and hold only letters, digits, "
+                        f"'_', '.' and '-', but got {key!r}.",
+                    )
+                if isinstance(sub, dict):
+                    walk(sub, prefix + key + ".")
+
+        walk(value, "")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        algo, sched = self.search.algorithm, self.scheduler.type
+        if (self.metric is None) != (self.mode is None):
+            field = "mode" if self.mode is None else "metric"
+            raise _fail(field, "metric and mode go together: set both (mode: min | max) or neither.")
+        if algo == "bohb" and sched != "bohb":
+            raise _fail("scheduler.type", f"search bohb needs scheduler bohb (HyperBandForBOHB), but got {sched!r}; "
+                        "omit the scheduler to get it.")
+        if sched == "bohb" and algo != "bohb":
+            raise _fail("scheduler.type", f"scheduler bohb (HyperBandForBOHB) works only with search bohb, but got "
+                        f"search {algo!r}; use asha or hyperband instead.")
+        if self.metric is None and (sched in _NEEDS_METRIC or algo in ("bohb", "optuna")):
+            what = f"scheduler {sched}" if sched in _NEEDS_METRIC else f"search {algo}"
+            field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
+            raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; add `metric:` and `mode:`.")
+        max_t = getattr(self.scheduler, "max_t", None)
+        grace = getattr(self.scheduler, "grace_period", None)
+        if sched == "asha" and grace is not None and grace > self.scheduler_max_t:
+            field = "scheduler.max_t" if max_t is not None else "scheduler.grace_period"
+            raise _fail(field, f"`grace_period <= max_t` must hold, but got (grace_period={grace}, "
+                        f"max_t={self.scheduler_max_t}).")
+        for path, dist in _iter_params(self.param_space):
+            _check_param_for_search(path, dist, algo)
+        return self
+
+    @property
+    def scheduler_max_t(self) -> int:
+        """``scheduler.max_t``, else ``stop.training_iteration``, else 100 (Ray's default)."""
+        max_t = getattr(self.scheduler, "max_t", None)
+        if max_t is not None:
+            return max_t
+        if self.stop and self.scheduler.time_attr in self.stop:
+            return int(self.stop[self.scheduler.time_attr])
+        return 100
+
+    @property
+    def source(self) -> str | None:
+        """The spec file this Spec was loaded from, or None."""
+        return self._source
+
+    def mark(self, path: str) -> tuple[int, int] | None:
+        """Return the 1-based ``(line, col)`` of a dotted field path in the spec file, or None."""
+        return self._marks.get(tuple(path.split("."))) if path else None
+
+    def error(self, path: str, message: str) -> SpecError:
+        """Build a :class:`SpecError` for ``path`` with its position in the spec file."""
+        line_col = self.mark(path) or (None, None)
+        return SpecError([SpecIssue(path, message, *line_col)], self._source)
+
+
+def _iter_params(space: Mapping[str, Any], prefix: str = "param_space") -> Iterable[tuple[str, Any]]:
+    """Yield ``(dotted path, value)`` for every leaf of a parameter space."""
+    for key, value in space.items():
+        path = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            yield from _iter_params(value, path)
+        else:
+            yield path, value
+
+
+_BOHB_UNSUPPORTED = {"quniform", "qloguniform", "randn", "qrandn", "grid"}
+_OPTUNA_UNSUPPORTED = {"qloguniform", "randn", "qrandn", "grid"}
+
+
+def _check_param_for_search(path: str, dist: Any, algo: str) -> None:
+    """Refuse distributions that a searcher cannot represent (instead of Ray's silent drop)."""
+    if not isinstance(dist, _Dist):
+        return
+    rel = path.split(".", 1)[1]
+    kind = dist.type
+    q = getattr(dist, "q", None)
+    if algo in ("bohb", "optuna"):
+        bad = _BOHB_UNSUPPORTED if algo == "bohb" else _OPTUNA_UNSUPPORTED
+        quantized_int = kind in ("qrandint", "qlograndint") and q and q > 1
+        if algo == "optuna" and kind == "qrandint":
+            quantized_int = False  # Optuna's IntDistribution has a step
+        if kind in bad or quantized_int:
+            hint = "use choice instead" if kind == "grid" else "use an unquantized range or choice instead"
+            raise _fail(f"param_space.{rel}.type", f"search {algo} cannot sample {kind} parameters; {hint}. "
+                        f"It supports: {_allowed(t for t in DISTRIBUTION_TYPES if t not in bad)}.")
+    if algo == "grid" and dist.is_numeric_range and dist.grid_points is None:
+        raise _fail(f"param_space.{rel}", f"grid search enumerates {kind} only with `grid_points: N` "
+                    "(N >= 2 points from low to high); add it, or use grid/choice values.")
+    if algo == "grid" and kind in ("randn", "qrandn"):
+        raise _fail(f"param_space.{rel}.type", f"grid search cannot enumerate an unbounded {kind}; use grid or "
+                    "choice values, or a range with grid_points.")
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads YAML 1.2 floats such as ``1e-4``."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _collect_marks(node: yaml.Node, path: tuple, marks: dict, source: str | None) -> None:
+    """Record ``path -> (line, col)`` for every node, refusing duplicate keys."""
+    marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            if key in seen:
+                first = seen[key].start_mark
+                dotted = ".".join(str(p) for p in path + (key,))
+                raise SpecError(
+                    [SpecIssue(dotted, f"duplicate key '{key}' (first given on line {first.line + 1}); "
+                               "a key may appear once in a mapping.",
+                               key_node.start_mark.line + 1, key_node.start_mark.column + 1)],
+                    source,
+                )
+            seen[key] = key_node
+            marks[("<key>",) + path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            _collect_marks(value_node, path + (key,), marks, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _collect_marks(item, path + (i,), marks, source)
+
+
+def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict]:
+    """Parse YAML text with safe-load semantics, ``1e-4`` floats and no duplicate keys.
+
+    Args:
+        text: The YAML document.
+        source: File name used in error messages.
+
+    Returns:
+        ``(data, marks)``: the plain Python data and a map of path tuples to 1-based
+        ``(line, col)``.
+
+    Raises:
+        SpecError: On a syntax error, a tag other than the standard ones (for example
+            ``!!python/object``), a duplicate key, or more than one document.
+    """
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None, {}
+            marks: dict = {}
+            _collect_marks(node, (), marks, source)
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        if "could not determine a constructor" in problem:
+            tag = problem.split("tag", 1)[-1].strip().replace("tag:yaml.org,2002:", "!!")
+            problem = f"tag {tag} is not allowed; a spec holds only plain YAML values (safe_load)"
+        elif exc.context and exc.problem:
+            problem = f"{exc.context}, {exc.problem}"
+        line_col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        raise SpecError([SpecIssue("", f"YAML syntax error: {problem}.", *line_col)], source) from None
+    except yaml.YAMLError as exc:  # reader errors (control characters) carry a position too
+        pos = getattr(exc, "position", None)
+        msg = f"the file holds a character YAML does not allow (byte offset {pos})" if pos is not None else str(exc)
+        raise SpecError([SpecIssue("", f"YAML syntax error: {msg}.")], source) from None
+    return data, marks
+
+
+# --------------------------------------------------------------------------- loading
+
+_PATH_SKIP_TAGS = {"<dist>", "<nested>", "<const>"}
+
+
+def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
+    """Convert one pydantic error into a SpecIssue with a field path and a position."""
+    path: list = []
+    node = data
+    for part in err["loc"]:
+        if isinstance(node, Mapping) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            path.append(part)
+            node = node[part]
+        # else: a union tag or validator name that pydantic puts in the location
+    ctx = err.get("ctx") or {}
+    etype = err["type"]
+    extra = ctx.get("field")
+    key_mark = False
+    if extra:
+        path.extend(extra.split("."))
+        key_mark = bool(ctx.get("key"))
+    msg = err["msg"]
+    value = err.get("input")
+    if etype == "missing":
+        missing = err["loc"][-1]
+        path.append(missing)
+        msg = f"required key '{missing}' is missing."
+    elif etype in ("union_tag_invalid", "union_tag_not_found"):
+        disc = ctx.get("discriminator", "").strip("'")
+        tags = [t.strip().strip("'") for t in ctx.get("expected_tags", "").split(",") if t.strip()]
+        kind = {"algorithm": "search algorithm", "type": "scheduler type" if path[:1] == ["scheduler"]
+                else "distribution type"}.get(disc, disc)
+        if etype == "union_tag_not_found":
+            path.append(disc)
+            msg = f"missing '{disc}'; allowed: {_allowed(tags)}."
+        else:
+            tag = ctx.get("tag")
+            path.append(disc)
+            hint = _closest(tag, tags)
+            guess = f"; did you mean '{hint}'?" if hint else "."
+            msg = f"unknown {kind} '{tag}'{guess} Allowed: {_allowed(tags)}."
+    elif etype == "literal_error":
+        msg = f"must be one of {ctx.get('expected')}, but got {value!r}."
+    elif etype.startswith("tuner_"):
+        pass
+    else:
+        msg = msg.replace("Input should be", "must be")
+        if not isinstance(value, (Mapping, list)) and not (etype == "model_type"):
+            msg += f", but got {value!r} ({type(value).__name__})."
+        else:
+            msg += f", but got a {type(value).__name__}." if etype.endswith("_type") else "."
+    dotted = ".".join(str(p) for p in path)
+    key = tuple(path)
+    pos = marks.get(("<key>",) + key) if key_mark else None
+    while pos is None and key:
+        pos = marks.get(key)
+        key = key[:-1]
+    pos = pos or marks.get(())
+    return SpecIssue(dotted, msg, *(pos or (None, None)))
+
+
+def _validate(data: Any, marks: dict, source: str | None) -> Spec:
+    if data is None:
+        raise SpecError([SpecIssue("", "the spec is empty; it must be a mapping with at least `trainable:`.",
+                                   *((1, 1) if source else (None, None)))], source)
+    if not isinstance(data, Mapping):
+        pos = marks.get(()) or (None, None)
+        raise SpecError([SpecIssue("", f"the spec must be a mapping (key: value lines), but got a "
+                                   f"{type(data).__name__}.", *pos)], source)
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        issues = [_issue_from_pydantic(e, data, marks) for e in exc.errors()]
+        issues.sort(key=lambda i: (i.line or 0, i.col or 0))
+        raise SpecError(issues, source) from None
+    spec._source = source
+    spec._marks = {k: v for k, v in marks.items() if k[:1] != ("<key>",)}
+    return spec
+
+
+def _deep_merge(base: Mapping, extra: Mapping) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_spec(spec: str | os.PathLike | Mapping | Spec, **overrides: Any) -> Spec:
+    """Load and validate a spec from a YAML file, a mapping or a Spec.
+
+    Args:
+        spec: Path of a YAML file, a mapping with the same keys, or a Spec.
+        **overrides: Top-level keys that replace the spec's (mappings are merged
+            key by key), e.g. ``num_samples=4`` or ``scheduler={"max_t": 2}``.
+            ``None`` values are ignored.
+
+    Returns:
+        The validated, frozen Spec.
+
+    Raises:
+        SpecError: For a missing or unreadable file, invalid YAML, or any field that
+            fails validation. Nothing has been started or written.
+    """
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    source: str | None = None
+    marks: dict = {}
+    if isinstance(spec, Spec):
+        if not overrides:
+            return spec
+        data: Any = spec.model_dump(exclude_unset=True)
+        source, marks = spec._source, spec._marks
+    elif isinstance(spec, Mapping):
+        data = dict(spec)
+    else:
+        source = os.fspath(spec)
+        path = Path(source)
+        if not path.is_file():
+            why = "is a folder, not a file" if path.is_dir() else "not found"
+            raise SpecError([SpecIssue("", f"spec file {why}; give the path of a YAML spec, "
+                                       "e.g. search_spaces/mnist_asha.yaml.")], source)
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError([SpecIssue("", f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                                       f"{exc.start}); a spec is a YAML text file.")], source) from None
+        if "\x00" in text:
+            raise SpecError([SpecIssue("", "the file holds NUL bytes (binary data); a spec is a YAML text file.")],
+                            source)
+        data, marks = parse_yaml(text, source)
+    if overrides:
+        if not isinstance(data, Mapping):
+            data = {}
+        data = _deep_merge(data, overrides)
+    return _validate(data, marks, source)
+
+
+# --------------------------------------------------------------------------- trainable
+
+
+def resolve_trainable(spec: Spec, base_dirs: Iterable[str | os.PathLike] = ()) -> Callable[[dict], Any]:
+    """Import the function named by ``spec.trainable``.
+
+    ``pkg.module:function`` is imported as a module, with the current folder and
+    ``base_dirs`` on ``sys.path``. ``path/to/file.py:function`` is loaded from the file,
+    looked up relative to the current folder, then to each of ``base_dirs``.
+
+    Args:
+        spec: The validated spec.
+        base_dirs: Extra folders to look in (the CLI passes the spec file's folder).
+
+    Returns:
+        The train function: a callable taking one argument, ``config``.
+
+    Raises:
+        SpecError: If the module or file cannot be found or imported, the function is
+            not there, or it does not take exactly one argument.
+    """
+    target, _, func_name = spec.trainable.rpartition(":")
+    dirs = [os.getcwd(), *(os.fspath(d) for d in base_dirs)]
+    try:
+        if target.endswith(".py"):
+            file = next((Path(d, target) for d in dirs if Path(d, target).is_file()), None)
+            if file is None:
+                raise spec.error("trainable", f"file '{target}' not found (looked in {_allowed(dirs)}).")
+            module = _import_file(file.resolve())
+        else:
+            for d in reversed(dirs):
+                if d not in sys.path:
+                    sys.path.insert(0, d)
+            try:
+                module = importlib.import_module(target)
+            except ModuleNotFoundError as exc:
+                if exc.name and target.startswith(exc.name):
+                    raise spec.error("trainable", f"module '{exc.name}' not found (looked on sys.path, including "
+                                     f"{_allowed(dirs)}).") from None
+                raise
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error in user code at import time
+        raise spec.error("trainable", f"importing '{target}' failed: {type(exc).__name__}: {exc}") from exc
+    func = getattr(module, func_name, None)
+    if func is None:
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                 and getattr(v, "__module__", None) == module.__name__]
+        hint = _closest(func_name, names)
+        guess = f"; did you mean '{hint}'?" if hint else ""
+        raise spec.error("trainable", f"'{target}' has no function '{func_name}'{guess}"
+                         + (f" Functions there: {_allowed(sorted(names))}." if names else ""))
+    if not callable(func):
+        raise spec.error("trainable", f"'{spec.trainable}' is a {type(func).__name__}, not a function.")
+    try:
+        params = [p for p in inspect.signature(func).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        params, varargs = [None], False
+    if len(params) != 1 and not (varargs and not params):
+        raise spec.error("trainable", f"'{spec.trainable}' must take one argument, config, but it takes "
+                         f"{len(params)} required arguments.")
+    return func
+
+
+def _import_file(file: Path):
+    name = "tuner_user_" + re.sub(r"\W", "_", file.stem)
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
