@@ -254,7 +254,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 stop=dict(spec.stop) if spec.stop else None,
                 progress_reporter=reporting.build_reporter(spec),
                 callbacks=reporting.build_callbacks(spec),
-                verbose=1 if spec.reporting.cli is not False else 0,
+                verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
             ),
         )

@@ -19,7 +19,7 @@ from ray.tune import CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
 from tuner.space import sampled_params
-from tuner.spec import CLIReporting, Spec
+from tuner.spec import Spec
 
 __all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint"]
 
@@ -48,9 +48,8 @@ def build_reporter(spec: Spec) -> CLIReporter | None:
         ``training_iteration``), or None when ``reporting.cli`` is false.
     """
     cli = spec.reporting.cli
-    if cli is False:
+    if not cli.enabled:
         return None
-    cli = cli if isinstance(cli, CLIReporting) else CLIReporting()
     names = list(cli.metric_columns or ([spec.metric] if spec.metric else []))
     columns = {name: name for name in names}
     columns.setdefault("training_iteration", "iter")

@@ -111,7 +111,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
 
     Returns:
         The TuneResult. The best trial is the best by the last reported value of
-        ``spec.metric`` (Ray's ``get_best_result(scope="last")``, which skips NaN).
+        ``spec.metric`` among the trials that did not error, skipping NaN and inf.
     """
     path = Path(experiment_path)
     statuses = _statuses(grid)
@@ -131,16 +131,12 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     frame = frame.reset_index(drop=True)
 
     best_config = best_metrics = best_ckpt = best_id = None
-    if spec.metric:
-        try:
-            best = grid.get_best_result(metric=spec.metric, mode=spec.mode, scope="last", filter_nan_and_inf=True)
-        except (RuntimeError, KeyError, ValueError):
-            best = None
-        if best is not None and best.metrics and spec.metric in best.metrics:
-            best_config = plain(best.config)
-            best_metrics = _user_metrics(best.metrics)
-            best_id = best.metrics.get("trial_id")
-            best_ckpt = best.checkpoint.path if best.checkpoint is not None else None
+    best = _best(spec, grid, statuses)
+    if best is not None:
+        best_config = plain(best.config)
+        best_metrics = _user_metrics(best.metrics)
+        best_id = best.metrics.get("trial_id")
+        best_ckpt = best.checkpoint.path if best.checkpoint is not None else None
 
     by_status: dict[str, int] = {}
     for s in statuses:
@@ -166,6 +162,25 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     frame.to_csv(path / "results.csv.tmp", index=False)
     os.replace(path / "results.csv.tmp", path / "results.csv")
     return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary)
+
+
+def _best(spec: Spec, grid: ResultGrid, statuses: list[str]):
+    """The best trial by the last reported value of the metric.
+
+    Like Ray's ``ResultGrid.get_best_result(scope="last", filter_nan_and_inf=True)``,
+    but a trial that ended in ERROR is never the best: its last value is not a result.
+    """
+    if not spec.metric:
+        return None
+    candidates = []
+    for result, status in zip(grid, statuses):
+        value = (result.metrics or {}).get(spec.metric)
+        if status != "ERROR" and result.error is None and isinstance(value, (int, float)) and math.isfinite(value):
+            candidates.append((value, result))
+    if not candidates:
+        return None
+    pick = min if spec.mode == "min" else max
+    return pick(candidates, key=lambda c: c[0])[1]
 
 
 def best_line(spec: Spec, result: TuneResult) -> str:

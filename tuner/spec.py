@@ -128,7 +128,7 @@ class _Model(BaseModel):
     @classmethod
     def _refuse_unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
-            known = list(cls.model_fields)
+            known = sorted(cls.model_fields, key=lambda k: k not in ("type", "algorithm"))
             for key in data:
                 if key not in cls.model_fields:
                     hint = _closest(key, known)
@@ -345,6 +345,7 @@ ParamValue = TypeAliasType(
     ],
 )
 
+_DIST_KEYS = {k for c in _DISTRIBUTIONS for k in c.model_fields}
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
@@ -512,11 +513,13 @@ class CLIReporting(_Model):
     """Ray's classic CLIReporter table.
 
     Attributes:
+        enabled: Print the table (``cli: false`` turns it off).
         metric_columns: Metrics shown as columns; defaults to ``metric`` and
             ``training_iteration``.
         max_report_frequency: Seconds between two tables.
     """
 
+    enabled: bool = True
     metric_columns: list[str] | None = None
     max_report_frequency: int = Field(default=10, ge=1)
 
@@ -524,8 +527,14 @@ class CLIReporting(_Model):
 class Reporting(_Model):
     """Where progress shows: the CLIReporter table (``cli``) and TensorBoard event files."""
 
-    cli: CLIReporting | bool = True
+    cli: CLIReporting = Field(default_factory=CLIReporting)
     tensorboard: bool = True
+
+    @field_validator("cli", mode="before")
+    @classmethod
+    def _cli_flag(cls, value: Any) -> Any:
+        """``cli: true|false`` is short for ``cli: {enabled: true|false}``."""
+        return {"enabled": value} if isinstance(value, bool) else value
 
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -602,6 +611,10 @@ class Spec(_Model):
                         f"'_', '.' and '-', but got {key!r}.",
                     )
                 if isinstance(sub, dict):
+                    looks = set(sub) <= _DIST_KEYS and ({"low", "high"} <= set(sub) or "values" in sub)
+                    if looks:
+                        raise _fail(prefix + key, f"parameter {key!r} looks like a distribution but has no `type`; "
+                                    f"add one of: {_allowed(DISTRIBUTION_TYPES)}.")
                     walk(sub, prefix + key + ".")
 
         walk(value, "")
@@ -610,9 +623,10 @@ class Spec(_Model):
     @model_validator(mode="after")
     def _cross_checks(self):
         algo, sched = self.search.algorithm, self.scheduler.type
-        if (self.metric is None) != (self.mode is None):
-            field = "mode" if self.mode is None else "metric"
-            raise _fail(field, "metric and mode go together: set both (mode: min | max) or neither.")
+        if self.metric is not None and self.mode is None:
+            raise _fail("metric", f"metric {self.metric!r} needs a mode: add `mode: min` or `mode: max`.")
+        if self.mode is not None and self.metric is None:
+            raise _fail("mode", "mode needs a metric: add `metric: NAME`, a key your train function reports.")
         if algo == "bohb" and sched != "bohb":
             raise _fail("scheduler.type", f"search bohb needs scheduler bohb (HyperBandForBOHB), but got {sched!r}; "
                         "omit the scheduler to get it.")
@@ -777,11 +791,21 @@ def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict]:
             problem = f"{exc.context}, {exc.problem}"
         line_col = (mark.line + 1, mark.column + 1) if mark else (None, None)
         raise SpecError([SpecIssue("", f"YAML syntax error: {problem}.", *line_col)], source) from None
-    except yaml.YAMLError as exc:  # reader errors (control characters) carry a position too
+    except yaml.YAMLError as exc:  # reader errors (control characters) carry an offset
         pos = getattr(exc, "position", None)
-        msg = f"the file holds a character YAML does not allow (byte offset {pos})" if pos is not None else str(exc)
-        raise SpecError([SpecIssue("", f"YAML syntax error: {msg}.")], source) from None
+        char = getattr(exc, "character", None)
+        char = chr(char) if isinstance(char, int) else char
+        shown = f" {char!r}" if isinstance(char, str) else ""
+        msg = f"the character{shown} is not allowed in YAML" if pos is not None else str(exc)
+        raise SpecError([SpecIssue("", f"YAML syntax error: {msg}.", *_line_col(text, pos))], source) from None
     return data, marks
+
+
+def _line_col(text: str, offset: int | None) -> tuple[int | None, int | None]:
+    """1-based line and column of a character offset in ``text``."""
+    if offset is None:
+        return None, None
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
 # --------------------------------------------------------------------------- loading
@@ -821,6 +845,7 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
                 else "distribution type"}.get(disc, disc)
         if etype == "union_tag_not_found":
             path.append(disc)
+            tags = tags or list({"algorithm": SEARCH_ALGORITHMS, "type": SCHEDULER_TYPES}.get(disc, ()))
             msg = f"missing '{disc}'; allowed: {_allowed(tags)}."
         else:
             tag = ctx.get("tag")
@@ -832,8 +857,10 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
         msg = f"must be one of {ctx.get('expected')}, but got {value!r}."
     elif etype.startswith("tuner_"):
         pass
+    elif etype in ("model_type", "model_attributes_type", "dict_type"):
+        msg = f"must be a mapping (key: value), but got {type(value).__name__} {value!r}."
     else:
-        msg = msg.replace("Input should be", "must be")
+        msg = msg.replace("Input should be", "must be").split(", got ")[0].split(", unable to")[0]
         if not isinstance(value, (Mapping, list)) and not (etype == "model_type"):
             msg += f", but got {value!r} ({type(value).__name__})."
         else:
@@ -914,11 +941,12 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, **overrides: Any) -> Spe
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise SpecError([SpecIssue("", f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
-                                       f"{exc.start}); a spec is a YAML text file.")], source) from None
+            head = raw[: exc.start].decode("utf-8", "replace")
+            raise SpecError([SpecIssue("", f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                                       "a spec is a YAML text file.", *_line_col(head, len(head)))], source) from None
         if "\x00" in text:
-            raise SpecError([SpecIssue("", "the file holds NUL bytes (binary data); a spec is a YAML text file.")],
-                            source)
+            raise SpecError([SpecIssue("", "the file holds NUL bytes (binary data); a spec is a YAML text file.",
+                                       *_line_col(text, text.index("\x00")))], source)
         data, marks = parse_yaml(text, source)
     if overrides:
         if not isinstance(data, Mapping):

@@ -1,0 +1,160 @@
+"""tune_model end to end on a real local Ray (2 CPUs): searchers x schedulers, results, failures."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from tuner import tune_model
+from tuner.spec import SpecError
+
+SPACE = {
+    "x": {"type": "uniform", "low": 0, "high": 1},
+    "opt": {"type": "choice", "values": ["adam", "sgd"]},
+    "epochs": 4,
+}
+
+
+def base(tmp_path, **kw):
+    spec = {
+        "name": "t",
+        "trainable": "tests.trainables:quadratic",
+        "metric": "loss",
+        "mode": "min",
+        "num_samples": 4,
+        "seed": 0,
+        "param_space": SPACE,
+        "resources": {"cpu": 1},
+        "reporting": {"cli": False, "tensorboard": False},
+        "storage": str(tmp_path),
+    }
+    spec.update(kw)
+    return spec
+
+
+COMBOS = [
+    ("random", "fifo"), ("random", "asha"), ("random", "hyperband"), ("random", "median"),
+    ("grid", "fifo"), ("grid", "asha"),
+    ("optuna", "fifo"), ("optuna", "asha"), ("optuna", "hyperband"),
+    ("bohb", "bohb"),
+]
+
+
+@pytest.mark.parametrize("algo,sched", COMBOS, ids=[f"{a}-{s}" for a, s in COMBOS])
+def test_searcher_scheduler_combinations(ray_local, tmp_path, algo, sched):
+    scheduler = {"type": sched}
+    if sched in ("asha", "hyperband", "bohb"):
+        scheduler.update(max_t=4, reduction_factor=2)
+    space = dict(SPACE)
+    if algo == "grid":
+        space["x"] = {"type": "uniform", "low": 0, "high": 1, "grid_points": 2}
+    result = tune_model(base(tmp_path, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
+                             num_samples=1 if algo == "grid" else 4))
+    df = result.dataframe
+    assert len(df) == 4
+    assert set(df["status"]) == {"TERMINATED"}
+    assert {"trial_id", "status", "config/x", "config/opt", "config/epochs", "loss", "training_iteration"} <= set(df.columns)
+    best = df["loss"].min()
+    assert result.best_metrics["loss"] == pytest.approx(best)
+    assert result.best_config["opt"] in ("adam", "sgd") and type(result.best_config["opt"]) is str
+    assert type(result.best_config["x"]) is float
+    if algo == "grid":
+        assert sorted(df["config/x"]) == [0.0, 0.0, 1.0, 1.0]
+    if sched in ("asha", "hyperband", "bohb"):
+        assert df["training_iteration"].max() == 4
+
+
+def test_result_files(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, reporting={"cli": False, "tensorboard": True}))
+    exp = tmp_path / "t"
+    assert result.experiment_path == str(exp)
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["metric"] == "loss" and summary["mode"] == "min"
+    assert summary["trials"] == {"total": 4, "by_status": {"TERMINATED": 4}}
+    assert summary["best"]["trial_id"] == result.best_trial_id
+    assert summary["best"]["config"] == result.best_config
+    assert summary["wall_time_s"] > 0
+    assert yaml.safe_load((exp / "best_config.yaml").read_text()) == result.best_config
+    csv = pd.read_csv(exp / "results.csv")
+    assert list(csv.columns[:2]) == ["trial_id", "status"]
+    assert list(csv.columns) == list(result.dataframe.columns)
+    assert csv["loss"].is_monotonic_increasing  # sorted best first (mode min)
+    assert csv.loc[0, "trial_id"] == result.best_trial_id
+    events = list(exp.glob("*/events.out.tfevents.*"))
+    assert len(events) == 4, "one TensorBoard event file per trial"
+    assert (exp / "tuner.log").exists()
+
+
+def test_same_seed_same_configs(ray_local, tmp_path):
+    a = tune_model(base(tmp_path, name="a")).dataframe
+    b = tune_model(base(tmp_path, name="b")).dataframe
+    c = tune_model(base(tmp_path, name="c", seed=1)).dataframe
+    assert sorted(a["config/x"]) == sorted(b["config/x"])
+    assert sorted(a["config/x"]) != sorted(c["config/x"])
+
+
+@pytest.mark.parametrize("algo", ["optuna", "bohb"])
+def test_model_based_searchers_seed_reproducible(ray_local, tmp_path, algo):
+    """The same seed gives the same sampled configs (trial ids are random, so compare as sets)."""
+    kw = dict(search={"algorithm": algo}, param_space={"x": SPACE["x"], "epochs": 2})
+    a = tune_model(base(tmp_path, name="a", **kw)).dataframe
+    b = tune_model(base(tmp_path, name="b", **kw)).dataframe
+    assert sorted(a["config/x"]) == sorted(b["config/x"])
+
+
+def test_bohb_gives_plain_python_values(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, trainable="tests.trainables:typed", search={"algorithm": "bohb"},
+                             scheduler={"type": "bohb", "max_t": 2}))
+    assert (result.dataframe["numpy_free"] == 1.0).all()
+    assert all("opt=str" in t and "x=float" in t for t in result.dataframe["types"])
+    assert type(result.best_config["opt"]) is str
+
+
+def test_raw_ray_trainable_runs_unchanged(ray_local, tmp_path):
+    from tests.trainables import raw_ray
+
+    result = tune_model(base(tmp_path), trainable=raw_ray)
+    assert (result.dataframe["training_iteration"] == 3).all()
+    assert result.best_metrics["loss"] == pytest.approx(result.best_config["x"] + 1 / 3)
+
+
+def test_errored_trials_are_counted(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, trainable="tests.trainables:fails_for_large_x", num_samples=6))
+    by_status = result.summary["trials"]["by_status"]
+    assert by_status.get("ERROR", 0) == (result.dataframe["config/x"] > 0.5).sum() > 0
+    assert result.num_errors == by_status["ERROR"]
+    assert all("x too large" in e["error"] for e in result.summary["errors"])
+    assert result.best_config["x"] <= 0.5
+
+
+def test_nan_metric_is_never_best(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, trainable="tests.trainables:nan_metric", num_samples=6))
+    assert result.best_config["x"] <= 0.5
+    assert np.isfinite(result.best_metrics["loss"])
+
+
+def test_checkpoint_is_returned(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, trainable="tests.trainables:checkpointing", num_samples=2))
+    assert result.best_checkpoint and json.load(open(f"{result.best_checkpoint}/state.json"))["i"] == 3  # epochs 4
+
+
+def test_stop_and_grid_repeats(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, stop={"training_iteration": 2}, num_samples=2,
+                             param_space={"x": {"type": "grid", "values": [0.1, 0.9]}, "epochs": 5}))
+    assert len(result.dataframe) == 4
+    assert (result.dataframe["training_iteration"] == 2).all()
+    assert sorted(result.dataframe["config/x"]) == [0.1, 0.1, 0.9, 0.9]
+
+
+def test_existing_experiment_folder_is_refused(ray_local, tmp_path):
+    tune_model(base(tmp_path, num_samples=1))
+    with pytest.raises(SpecError, match="already exists"):
+        tune_model(base(tmp_path, num_samples=1))
+
+
+def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path):
+    with pytest.raises(SpecError, match=r"resources.cpu: one trial asks for 3 CPU, but the running Ray cluster has 2"):
+        tune_model(base(tmp_path, resources={"cpu": 3}))
+    assert not (tmp_path / "t").exists()

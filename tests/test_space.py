@@ -1,0 +1,113 @@
+"""Search-space translation: every distribution's Ray sampler keeps the documented bounds."""
+
+import numpy as np
+import pytest
+from ray.tune.search.sample import Domain
+
+from tuner.space import grid_size, grid_values, plain, sampled_params, to_ray_space
+from tuner.spec import load_spec
+
+BASE = {"trainable": "tests.trainables:quadratic"}
+
+
+def space(params, **extra):
+    return load_spec({**BASE, "param_space": params, **extra})
+
+
+def samples(dist, n=3000):
+    domain = to_ray_space(space({"p": dist}))["p"]
+    assert isinstance(domain, Domain)
+    return np.asarray(domain.sample(size=n, random_state=np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize("dist,lo,hi,kind", [
+    ({"type": "uniform", "low": -1, "high": 2}, -1, 2, float),
+    ({"type": "loguniform", "low": 1e-4, "high": 1e-1}, 1e-4, 1e-1, float),
+    ({"type": "quniform", "low": 0, "high": 0.5, "q": 0.05}, 0, 0.5, float),
+    ({"type": "qloguniform", "low": 1, "high": 100, "q": 1}, 1, 100, float),
+])
+def test_float_bounds(dist, lo, hi, kind):
+    xs = samples(dist)
+    assert xs.min() >= lo - 1e-12 and xs.max() <= hi + 1e-12
+    if "q" in dist:
+        assert np.allclose(xs / dist["q"], np.round(xs / dist["q"]))
+
+
+def test_randint_high_is_exclusive():
+    xs = samples({"type": "randint", "low": 8, "high": 12})
+    assert set(xs.tolist()) == {8, 9, 10, 11}
+
+
+def test_qrandint_high_is_inclusive():
+    xs = samples({"type": "qrandint", "low": 2, "high": 10, "q": 2})
+    assert set(xs.tolist()) == {2, 4, 6, 8, 10}
+
+
+def test_lograndint_high_is_exclusive():
+    xs = samples({"type": "lograndint", "low": 1, "high": 4})
+    assert set(xs.tolist()) == {1, 2, 3}
+
+
+def test_qlograndint_multiples_of_q_inclusive():
+    xs = samples({"type": "qlograndint", "low": 4, "high": 64, "q": 4})
+    assert xs.min() >= 4 and xs.max() <= 64 and all(x % 4 == 0 for x in xs.tolist())
+
+
+def test_randn_moments():
+    xs = samples({"type": "randn", "mean": 3, "sd": 0.5}, n=20000)
+    assert abs(xs.mean() - 3) < 0.02 and abs(xs.std() - 0.5) < 0.02
+    qs = samples({"type": "qrandn", "mean": 0, "sd": 1, "q": 0.5})
+    assert np.allclose(qs * 2, np.round(qs * 2))
+
+
+def test_choice_and_grid():
+    xs = samples({"type": "choice", "values": ["a", "b", "c"]})
+    assert set(xs.tolist()) == {"a", "b", "c"}
+    ray_space = to_ray_space(space({"g": {"type": "grid", "values": [1, 2]}}))
+    assert ray_space["g"] == {"grid_search": [1, 2]}
+
+
+def test_constants_and_nesting_pass_through():
+    ray_space = to_ray_space(space({"epochs": 5, "opt": {"name": "sgd", "lr": {"type": "uniform", "low": 0, "high": 1}}}))
+    assert ray_space["epochs"] == 5 and ray_space["opt"]["name"] == "sgd"
+    assert isinstance(ray_space["opt"]["lr"], Domain)
+    assert sampled_params(space({"epochs": 5, "opt": {"lr": {"type": "uniform", "low": 0, "high": 1}}})) == ["opt/lr"]
+
+
+def test_grid_search_enumerates_choice_and_ranges():
+    spec = space({
+        "opt": {"type": "choice", "values": ["adam", "sgd"]},
+        "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2, "grid_points": 3},
+        "n": {"type": "randint", "low": 1, "high": 5, "grid_points": 4},
+        "g": {"type": "grid", "values": [0, 1]},
+    }, search={"algorithm": "grid"}, num_samples=2)
+    ray_space = to_ray_space(spec)
+    assert ray_space["opt"] == {"grid_search": ["adam", "sgd"]}
+    assert ray_space["lr"]["grid_search"] == pytest.approx([1e-4, 1e-3, 1e-2])
+    assert ray_space["n"] == {"grid_search": [1, 2, 3, 4]}
+    assert grid_size(spec) == 2 * 3 * 4 * 2
+
+
+@pytest.mark.parametrize("dist,expected", [
+    ({"type": "uniform", "low": 0, "high": 1, "grid_points": 5}, [0, 0.25, 0.5, 0.75, 1]),
+    ({"type": "quniform", "low": 0, "high": 1, "q": 0.5, "grid_points": 5}, [0, 0.5, 1]),
+    ({"type": "qrandint", "low": 0, "high": 10, "q": 5, "grid_points": 3}, [0, 5, 10]),
+    ({"type": "lograndint", "low": 1, "high": 101, "grid_points": 3}, [1, 10, 100]),
+])
+def test_grid_values(dist, expected):
+    spec = space({"p": dist}, search={"algorithm": "grid"})
+    assert grid_values(spec.param_space["p"]) == pytest.approx(expected)
+
+
+def test_random_search_keeps_grid_params_as_grid():
+    spec = space({"g": {"type": "grid", "values": [1, 2, 3]}, "x": {"type": "uniform", "low": 0, "high": 1}},
+                 num_samples=2)
+    assert grid_size(spec) == 3
+    assert isinstance(to_ray_space(spec)["x"], Domain)
+
+
+def test_plain_turns_numpy_into_python():
+    out = plain({"a": np.str_("adam"), "b": np.float64(0.5), "c": [np.int64(3)], "d": {"e": np.bool_(True)}})
+    assert out == {"a": "adam", "b": 0.5, "c": [3], "d": {"e": True}}
+    assert type(out["a"]) is str and type(out["b"]) is float and type(out["c"][0]) is int
+    assert type(out["d"]["e"]) is bool
