@@ -36,6 +36,9 @@ _run_options = [
     click.option("--num-samples", type=int, default=None, help="Trials to sample (overrides spec.num_samples)."),
     click.option("--num-cpus", type=float, default=None, help="CPUs of the local Ray (default: all)."),
     click.option("--num-gpus", type=float, default=None, help="GPUs of the local Ray (default: detected)."),
+    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                 help="Override a spec field by its dotted path, e.g. --set param_space.data_dir=/data "
+                      "or --set scheduler.max_t=5 (VALUE is read as YAML). Repeatable."),
 ]
 
 
@@ -51,12 +54,35 @@ def cli() -> None:
     """Tune a PyTorch train function from a YAML spec, on Ray Tune."""
 
 
-def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, address=None):
+def _parse_sets(sets: tuple[str, ...]) -> dict:
+    """``("a.b=1", "c=x")`` -> ``{"a": {"b": 1}, "c": "x"}``, values read as YAML."""
+    from tuner.spec import SpecIssue, parse_yaml
+
+    out: dict = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip() or any(not part for part in key.split(".")):
+            raise SpecError([SpecIssue("", f"--set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5, "
+                                       f"but got {item!r}.")], "--set")
+        value, _ = parse_yaml(f"v: {raw}" if raw.strip() else "v: ''", "--set")
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SpecError([SpecIssue(key, "--set gives a value and a nested value for the same key.")], "--set")
+        node[parts[-1]] = value["v"]
+    return out
+
+
+def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(), address=None):
     from tuner.engine import prepare
 
     try:
-        return prepare(spec_path, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
-                       storage=storage, name=name, num_samples=num_samples)
+        overrides = _parse_sets(sets)
+        overrides.update({k: v for k, v in {"storage": storage, "name": name, "num_samples": num_samples}.items()
+                          if v is not None})
+        return prepare(spec_path, num_cpus=num_cpus, num_gpus=num_gpus, address=address, **overrides)
     except SpecError as err:
         _bad_input(err)
 
@@ -64,11 +90,11 @@ def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, address=
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
 @_with_run_options
-def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus) -> None:
+def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets) -> None:
     """Check SPEC and print the plan; starts nothing, writes nothing."""
     from tuner.engine import plan
 
-    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus)
+    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets)
     click.echo(plan(prepared))
 
 
@@ -78,11 +104,11 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus) -> None:
 @click.option("--address", type=str, default=None,
               help="Connect to this Ray cluster (auto, host:6379, ray://host:10001) instead of starting one.")
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan, as `tuner validate`.")
-def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, address, dry_run) -> None:
+def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run) -> None:
     """Run the tuning experiment described by SPEC."""
     from tuner.engine import plan, run_prepared
 
-    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, address)
+    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     if dry_run:
         click.echo(plan(prepared))
         return

@@ -1,0 +1,182 @@
+"""The CLI through real subprocesses: validate, run, exit codes, golden errors, clean console."""
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+TOY = """\
+name: toy
+trainable: tests.trainables:quadratic
+metric: loss
+mode: min
+num_samples: 4
+seed: 0
+param_space:
+  x: {type: uniform, low: 0, high: 1}
+  opt: {type: choice, values: [adam, sgd]}
+  epochs: 3
+scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}
+resources: {cpu: 1}
+reporting: {cli: {metric_columns: [loss], max_report_frequency: 1}, tensorboard: true}
+"""
+
+
+def write(tmp_path, text=TOY, name="toy.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_validate_prints_the_plan(tmp_path):
+    spec = write(tmp_path)
+    proc = run_cli("validate", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"spec:       {spec} is valid" in out
+    assert "trials:     4 (4 samples)" in out
+    assert "searcher:   random (BasicVariantGenerator), seed 0" in out
+    assert "scheduler:  asha (ASHAScheduler), max_t 3 iterations, reduction factor 3, 1 bracket(s)" in out
+    assert "bracket 0: rungs at 1, 3 iterations" in out
+    assert "resources:  1 CPU, 0 GPU per trial" in out
+    assert "fit:        2 trials at a time" in out
+    assert not (tmp_path / "runs").exists(), "validate writes nothing"
+
+
+def test_validate_grid_plan_and_gpu_packing(tmp_path):
+    spec = write(tmp_path, TOY.replace("resources: {cpu: 1}", "resources: {cpu: 0.5, gpu: 0.5}").replace(
+        "x: {type: uniform, low: 0, high: 1}", "x: {type: grid, values: [0.1, 0.5, 0.9]}"))
+    proc = run_cli("validate", spec, "--num-cpus", "2", "--num-gpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "trials:     12 (3 grid points x 4 repeats)" in proc.stdout
+    assert "fit:        4 trials at a time" in proc.stdout
+
+
+def test_dry_run_is_validate(tmp_path):
+    spec = write(tmp_path)
+    a = run_cli("validate", spec, "--num-cpus", "2")
+    b = run_cli("run", spec, "--dry-run", "--num-cpus", "2")
+    assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
+
+
+GOLDEN = [
+    ("num_samples: 4", "num_samples: 0",
+     "{f}:5:14: num_samples: must be greater than or equal to 1, but got 0 (int)."),
+    ("mode: min", "mode: minimise", "{f}:4:7: mode: must be one of 'min' or 'max', but got 'minimise'."),
+    ("scheduler: {type: asha, ", "scheduler: {type: ashha, ",
+     "{f}:11:19: scheduler.type: unknown scheduler type 'ashha'; did you mean 'asha'? "
+     "Allowed: fifo, asha, hyperband, bohb, median."),
+    ("tests.trainables:quadratic", "tests.no_such_module:train",
+     "{f}:2:12: trainable: module 'tests.no_such_module' not found (looked on sys.path, including {cwd}, {d})."),
+    ("tests.trainables:quadratic", "tests.trainables:quadratik",
+     "{f}:2:12: trainable: 'tests.trainables' has no function 'quadratik'; did you mean 'quadratic'? "
+     "Functions there: checkpointing, fails_for_large_x, nan_metric, quadratic, raw_ray, typed."),
+    ("tests.trainables:quadratic", "missing/file.py:train",
+     "{f}:2:12: trainable: file 'missing/file.py' not found (looked in {cwd}, {d})."),
+    ("resources: {cpu: 1}", "resources: {cpu: 4}",
+     "{f}:12:18: resources.cpu: one trial asks for 4 CPU, but this machine (--num-cpus/--num-gpus) has 2; "
+     "lower resources.cpu or give Ray more (--num-cpus, or a cluster with --address)."),
+]
+
+
+@pytest.mark.parametrize("old,new,expected", GOLDEN, ids=[g[1] for g in GOLDEN])
+def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected):
+    assert old in TOY
+    spec = write(tmp_path, TOY.replace(old, new))
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs", timeout=60)
+    assert proc.returncode == 2
+    message = expected.format(f=spec, cwd=ROOT, d=tmp_path)
+    assert proc.stderr == f"tuner: error: {message}\n"
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists(), "nothing is written for bad input"
+
+
+def test_bad_spec_corpus_through_the_cli(tmp_path):
+    """A sample of the golden corpus gives the same text through the CLI, exit 2, no Ray."""
+    for name in ["duplicate_key", "python_object_tag", "bohb_with_asha", "grace_above_max_t", "binary_junk",
+                 "empty_file", "name_traversal", "yaml_syntax"]:
+        rel = f"tests/bad_specs/{name}.yaml"
+        proc = run_cli("validate", rel, timeout=60)
+        assert proc.returncode == 2, name
+        assert proc.stderr == "tuner: error: " + (ROOT / rel).with_suffix(".err").read_text(), name
+
+
+def test_missing_spec_file(tmp_path):
+    proc = run_cli("validate", tmp_path / "nope.yaml")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"tuner: error: {tmp_path / 'nope.yaml'}: spec file not found; give the path of a "
+                           "YAML spec, e.g. search_spaces/mnist_asha.yaml.\n")
+
+
+def test_traceback_only_with_tuner_debug(tmp_path):
+    spec = write(tmp_path, TOY.replace("num_samples: 4", "num_samples: 0"))
+    quiet = run_cli("validate", spec)
+    loud = run_cli("validate", spec, env={"TUNER_DEBUG": "1"})
+    assert quiet.returncode == loud.returncode == 2
+    assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
+
+
+def test_usage_error_exits_2():
+    proc = run_cli("run")
+    assert proc.returncode == 2 and "Missing argument 'SPEC'" in proc.stderr
+
+
+def test_set_overrides(tmp_path):
+    spec = write(tmp_path)
+    proc = run_cli("validate", spec, "--num-cpus", "2", "--set", "scheduler.max_t=9", "--set", "num_samples=2")
+    assert proc.returncode == 0, proc.stderr
+    assert "max_t 9 iterations" in proc.stdout and "trials:     2 (2 samples)" in proc.stdout
+
+
+def test_run_end_to_end(tmp_path):
+    spec = write(tmp_path)
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr + out
+    exp = tmp_path / "runs" / "toy"
+    assert f"TensorBoard: tensorboard --logdir {exp}" in out
+    assert "== Status ==" in out, "the classic CLIReporter table"
+    header = [line for line in out.splitlines() if line.startswith("| Trial name")][-1]  # the last table
+    assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "loc", "x", "opt", "loss", "iter"]
+    summary = json.loads((exp / "summary.json").read_text())
+    best = summary["best"]
+    assert re.search(rf"^Best trial {best['trial_id']}: loss=[0-9.e-]+ config=\{{.*'opt': '(adam|sgd)'.*\}}$", out, re.M)
+    assert summary["trials"]["total"] == 4
+    assert (exp / "results.csv").exists() and (exp / "best_config.yaml").exists()
+    # A clean console: no Ray warnings, no actor logs, no tracebacks.
+    for noise in ("WARNING", "Traceback", "(pid=", "INFO"):
+        assert noise not in out and noise not in proc.stderr, noise
+
+
+def test_errored_trials_exit_1(tmp_path):
+    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:fails_for_large_x")
+                 .replace("num_samples: 4", "num_samples: 6"))
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert proc.returncode == 1, proc.stderr
+    summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
+    errored = [e["trial_id"] for e in summary["errors"]]
+    assert errored and summary["trials"]["by_status"]["ERROR"] == len(errored)
+    for trial_id in errored:
+        assert f"tuner: trial {trial_id} errored: ValueError: x too large" in proc.stderr
+    assert f"tuner: {len(errored)} of 6 trials errored." in proc.stderr
+
+
+def test_file_path_trainable_and_console_script(tmp_path):
+    """`path/to/file.py:function` works, relative to the spec's folder, through the `tuner` script."""
+    (tmp_path / "mytrain.py").write_text(
+        "from tuner import trial\n\ndef train(config):\n    trial.report({'loss': config['x']})\n")
+    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "mytrain.py:train"))
+    exe = shutil.which("tuner", path=str(Path(sys.executable).parent))
+    assert exe, "the tuner console script is installed"
+    import subprocess
+
+    proc = subprocess.run([exe, "run", str(spec), "--num-cpus", "2", "--storage", str(tmp_path / "runs")],
+                          cwd=tmp_path.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Best trial" in proc.stdout
