@@ -1,0 +1,49 @@
+"""The shipped specs, run end to end through the CLI on real data (slow)."""
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def summary(path):
+    return json.loads((path / "summary.json").read_text())
+
+
+def test_main_job_reaches_095(tmp_path):
+    """The README's main job: 16 ASHA trials on the real MNIST digits reach val_accuracy >= 0.95."""
+    proc = run_cli("run", "search_spaces/mnist_asha.yaml", "--storage", tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+    s = summary(tmp_path / "mnist-asha")
+    assert s["trials"] == {"total": 16, "by_status": {"TERMINATED": 16}}
+    assert s["best"]["metrics"]["val_accuracy"] >= 0.95
+    assert f"Best trial {s['best']['trial_id']}: val_accuracy=" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["mnist_grid", "mnist_random", "mnist_bohb", "mnist_optuna"])
+def test_each_searcher_spec_runs(tmp_path, name):
+    """Each shipped searcher spec runs as is, on a small slice of the data to keep CI short."""
+    proc = run_cli("run", f"search_spaces/{name}.yaml", "--storage", tmp_path, "--num-samples", "2",
+                   "--set", "param_space.limit_train=400", "--set", "param_space.limit_val=200",
+                   "--set", "param_space.epochs=2", timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+    s = summary(next(tmp_path.iterdir()))
+    assert s["trials"]["by_status"] == {"TERMINATED": s["trials"]["total"]}
+    assert s["best"] is not None
+
+
+def test_cifar_tutorial_on_a_generated_folder(tmp_path):
+    """The tutorial spec runs on a tiny folder in the CIFAR-10 python format."""
+    from examples.cifar import make_fake_cifar
+
+    data = make_fake_cifar(tmp_path / "cifar")
+    proc = run_cli("run", "search_spaces/cifar_tutorial.yaml", "--storage", tmp_path / "runs",
+                   "--num-samples", "3", "--set", f"param_space.data_dir={data}", "--set", "param_space.epochs=2",
+                   "--set", "scheduler.max_t=2", timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+    s = summary(tmp_path / "runs" / "cifar-tutorial")
+    assert s["trials"] == {"total": 3, "by_status": {"TERMINATED": 3}}
+    assert {"l1", "l2", "lr", "batch_size"} <= set(s["best"]["config"])
