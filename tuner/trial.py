@@ -39,11 +39,12 @@ def in_tune() -> bool:
         True inside a Tune function trainable, False in a plain Python process.
     """
     try:
-        from ray.tune import get_context
+        # The check Ray's own TuneReportCallback uses; asking get_context() for a
+        # trial id instead logs a warning outside a trial.
+        from ray.tune.trainable.trainable_fn_utils import _in_tune_session
 
-        ctx = get_context()
-        return ctx is not None and ctx.get_trial_id() is not None
-    except Exception:  # noqa: BLE001 - outside a session Ray raises various errors
+        return bool(_in_tune_session())
+    except Exception:  # noqa: BLE001 - no Ray, or Ray moved it: not in a trial
         return False
 
 

