@@ -75,7 +75,7 @@ GOLDEN = [
      "{f}:2:12: trainable: module 'tests.no_such_module' not found (looked on sys.path, including {cwd}, {d})."),
     ("tests.trainables:quadratic", "tests.trainables:quadratik",
      "{f}:2:12: trainable: 'tests.trainables' has no function 'quadratik'; did you mean 'quadratic'? "
-     "Functions there: checkpointing, fails_for_large_x, nan_metric, quadratic, raw_ray, typed."),
+     "Functions there: checkpointing, fails_for_large_x, nan_metric, quadratic, raw_ray, slow, typed."),
     ("tests.trainables:quadratic", "missing/file.py:train",
      "{f}:2:12: trainable: file 'missing/file.py' not found (looked in {cwd}, {d})."),
     ("resources: {cpu: 1}", "resources: {cpu: 4}",
@@ -156,7 +156,9 @@ def test_run_end_to_end(tmp_path):
 
 def test_errored_trials_exit_1(tmp_path):
     spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:fails_for_large_x")
-                 .replace("num_samples: 4", "num_samples: 6"))
+                 .replace("num_samples: 4", "num_samples: 6")
+                 .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
+                          "scheduler: {type: fifo}"))  # ASHA could stop the failing trials first
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     assert proc.returncode == 1, proc.stderr
     summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
@@ -180,3 +182,32 @@ def test_file_path_trainable_and_console_script(tmp_path):
                           cwd=tmp_path.parent, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "Best trial" in proc.stdout
+
+
+def test_ctrl_c_exits_130_with_partial_results(tmp_path):
+    """SIGINT (Ctrl-C) stops the run cleanly: exit 130, the results so far are written."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:slow")
+                 .replace("epochs: 3", "epochs: 200").replace("max_t: 3", "max_t: 200"))
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2",
+                             "--storage", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    exp = tmp_path / "runs" / "toy"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(exp.glob("*/progress.csv")):
+        time.sleep(0.5)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert f"tuner: interrupted; the results so far are in {exp}." in err
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["trials"]["total"] == 4
+    assert summary["interrupted"] is True
+    import pandas as pd
+
+    assert (pd.read_csv(exp / "results.csv")["training_iteration"].fillna(0) < 200).all(), "stopped early"

@@ -61,3 +61,12 @@ def checkpointing(config):
         with open(os.path.join(d, "state.json"), "w") as f:
             json.dump({"i": i}, f)
         trial.report({"loss": config["x"] / (i + 1)}, checkpoint_dir=d)
+
+
+def slow(config):
+    """Reports every 0.5 s for a long time (for interrupt tests)."""
+    import time
+
+    for i in range(int(config.get("epochs", 200))):
+        time.sleep(0.5)
+        trial.report({"loss": config.get("x", 0.0) + 1.0 / (i + 1)})

@@ -120,6 +120,9 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
         click.echo("tuner: interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
     click.echo(f"Results: {result.experiment_path}/results.csv, summary.json, best_config.yaml")
+    if result.interrupted:
+        click.echo(f"tuner: interrupted; the results so far are in {result.experiment_path}.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     if result.num_errors:
         for err in result.summary.get("errors", []):
             click.echo(f"tuner: trial {err['trial_id']} errored: {err['error']} (log: {err['path']})", err=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -136,6 +137,42 @@ def plan(prepared: Prepared) -> str:
     return "\n".join(lines)
 
 
+class _InterruptWatch:
+    """Tell whether Ray Tune's own SIGINT/SIGUSR1 handler fired during ``Tuner.fit()``.
+
+    Ray Tune stops gracefully on the first Ctrl-C and returns normally, so the caller
+    cannot see it. Its handler (``ray.tune.tune._setup_signal_catching``) puts back the
+    SIGINT handler it replaced when it fires, so a sentinel installed here shows up
+    again after an interrupt. SIGUSR1, which Ray always takes over, tells whether Ray
+    installed its handlers at all.
+    """
+
+    def __enter__(self) -> "_InterruptWatch":
+        import signal
+
+        self.interrupted = False
+        self._active = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1")
+        if self._active:
+            self._saved = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1))
+            signal.signal(signal.SIGINT, self._sentinel)
+            signal.signal(signal.SIGUSR1, self._sentinel)
+        return self
+
+    @staticmethod
+    def _sentinel(sig, frame):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if not self._active:
+            return
+        ray_took_over = signal.getsignal(signal.SIGUSR1) is not self._sentinel
+        self.interrupted = ray_took_over and signal.getsignal(signal.SIGINT) is self._sentinel
+        signal.signal(signal.SIGINT, self._saved[0])
+        signal.signal(signal.SIGUSR1, self._saved[1])
+
+
 def _trial_entry(fn: Callable, config: dict) -> Any:
     """Run the user's train function with plain Python config values."""
     from tuner.space import plain
@@ -258,9 +295,10 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 log_to_file=True,
             ),
         )
-        grid = tuner.fit()
+        with _InterruptWatch() as watch:
+            grid = tuner.fit()
         link_ray_logs(session_dir, path)
-    result = collect_results(spec, grid, path, time.monotonic() - started)
+    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted)
     if echo:
         echo(best_line(spec, result))
     return result

@@ -62,6 +62,11 @@ class TuneResult:
         """Number of trials that ended in ERROR."""
         return self.summary.get("trials", {}).get("by_status", {}).get("ERROR", 0)
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was stopped by Ctrl-C (SIGINT) or SIGUSR1 before it ended."""
+        return bool(self.summary.get("interrupted"))
+
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -100,7 +105,8 @@ def _last_line(error: BaseException) -> str:
     return text[-1] if text else type(error).__name__
 
 
-def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.PathLike, wall_time_s: float) -> TuneResult:
+def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.PathLike, wall_time_s: float,
+                    interrupted: bool = False) -> TuneResult:
     """Build the TuneResult and write ``summary.json``, ``best_config.yaml`` and ``results.csv``.
 
     Args:
@@ -108,6 +114,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         grid: Ray's ``ResultGrid`` from ``Tuner.fit()``.
         experiment_path: The experiment folder.
         wall_time_s: Wall time of the run, in seconds.
+        interrupted: Whether the run was stopped by a signal before it ended.
 
     Returns:
         The TuneResult. The best trial is the best by the last reported value of
@@ -153,6 +160,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         },
         "trials": {"total": len(statuses), "by_status": by_status},
         "errors": errors,
+        "interrupted": interrupted,
         "wall_time_s": round(wall_time_s, 3),
     }
     path.mkdir(parents=True, exist_ok=True)
