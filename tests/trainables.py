@@ -70,3 +70,93 @@ def slow(config):
     for i in range(int(config.get("epochs", 200))):
         time.sleep(0.5)
         trial.report({"loss": config.get("x", 0.0) + 1.0 / (i + 1)})
+
+
+def ddp_probe(config):
+    """Trains a tiny linear model under DDP; reports what each rank sees and resumes from checkpoints."""
+    import json
+    import os
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ckpt = trial.get_checkpoint()
+    start = 0
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            start = json.load(f)["epoch"] + 1
+    model = trial.prepare_model(torch.nn.Linear(4, 1))
+    data = TensorDataset(torch.arange(64, dtype=torch.float32).reshape(16, 4), torch.arange(16, dtype=torch.float32))
+    loader = trial.prepare_data_loader(DataLoader(data, batch_size=8, shuffle=True))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    for epoch in range(start, int(config.get("epochs", 2))):
+        seen = []
+        for x, y in loader:
+            seen.extend(int(v) for v in y.tolist())
+            batch = len(y)
+            with trial.autocast():
+                loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+            opt.zero_grad()
+            trial.scaler().scale(loss).backward()
+            trial.scaler().step(opt)
+            trial.scaler().update()
+        # Gather what every rank saw, so rank 0's report shows the split.
+        gathered = [None] * trial.world_size()
+        starts = [None] * trial.world_size()
+        if trial.world_size() > 1:
+            dist.all_gather_object(gathered, sorted(seen))
+            dist.all_gather_object(starts, start)
+        else:
+            gathered, starts = [sorted(seen)], [start]
+        folder = None
+        if trial.is_main_process():
+            folder = tempfile.mkdtemp()
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"epoch": epoch}, f)
+        trial.report({
+            "loss": float(loss.item()), "epoch": epoch, "start": start, "world_size": trial.world_size(),
+            "rank": trial.rank(), "per_worker_batch": batch, "shards": json.dumps(gathered), "starts": json.dumps(starts),
+            "device": str(trial.device()), "x": config.get("x", 0.0),
+        }, checkpoint_dir=folder)
+        if config.get("fail_at_epoch") == epoch and not os.path.exists(config["fail_marker"]):
+            open(config["fail_marker"], "w").close()
+            raise RuntimeError("simulated worker crash")
+
+
+def gpu_probe(config):
+    """Reports the GPU ids and CUDA_VISIBLE_DEVICES Ray gave this trial, and when it ran."""
+    import os
+    import time
+
+    import ray
+
+    start = time.time()
+    time.sleep(config.get("sleep", 3))
+    trial.report({"gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
+                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                  "start": start, "end": time.time(), "loss": config.get("x", 0.0)})
+
+
+def oom_until_small(config):
+    """Raises a simulated CUDA out-of-memory error while batch_size > config['fits']."""
+    import json
+    import os
+    import tempfile
+
+    import torch
+
+    ckpt = trial.get_checkpoint()
+    start = 0
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            start = json.load(f)["epoch"] + 1
+    for epoch in range(start, 4):
+        if epoch == 2 and config["batch_size"] > config["fits"]:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"epoch": epoch}, f)
+        trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "batch_size_seen": config["batch_size"]},
+                     checkpoint_dir=folder)

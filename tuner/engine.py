@@ -6,7 +6,6 @@ searcher, scheduler, resources, reporter) -> ``Tuner.fit()`` -> :class:`TuneResu
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
@@ -173,24 +172,6 @@ class _InterruptWatch:
         signal.signal(signal.SIGUSR1, self._saved[1])
 
 
-def _trial_entry(fn: Callable, config: dict) -> Any:
-    """Run the user's train function with plain Python config values."""
-    from tuner.space import plain
-
-    return fn(plain(config))
-
-
-def _wrap(fn: Callable) -> Callable:
-    wrapped = functools.partial(_trial_entry, fn)
-    name = getattr(fn, "__name__", "trial")
-
-    def trial(config):
-        return wrapped(config)
-
-    trial.__name__ = trial.__qualname__ = name
-    return trial
-
-
 def tune_model(
     spec: str | os.PathLike | Mapping | Spec,
     *,
@@ -245,10 +226,11 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     from ray import tune
 
     from tuner.algorithms import build_scheduler, build_searcher
-    from tuner.cluster import link_ray_logs, ray_session
-    from tuner.resources import trial_request
+    from tuner.cluster import cluster_resources, link_ray_logs, ray_session
+    from tuner.resources import check_fits, trials_that_fit
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
+    from tuner.trainable import build_trainable, driver_request
 
     spec = prepared.spec
     path = prepared.experiment_path
@@ -263,16 +245,20 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     path.mkdir(parents=True, exist_ok=True)
     with reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+        cluster = cluster_resources()
         if prepared.cluster is None:
-            from tuner.cluster import cluster_resources
-            from tuner.resources import check_fits
-
-            check_fits(spec, cluster_resources())
+            check_fits(spec, cluster)
+        max_concurrent = spec.max_concurrent_trials
+        if spec.resources.distributed:
+            # A DDP trial's actor asks for no CPU: cap the drivers at the trials that fit,
+            # so that no Train run waits for workers while holding a trial slot.
+            fit = trials_that_fit(spec, cluster)
+            max_concurrent = min(max_concurrent or fit, fit)
         if echo:
             echo(f"Experiment {spec.name}: {path}")
             echo(f"TensorBoard: {reporting.tensorboard_hint(path)}")
         tuner = tune.Tuner(
-            tune.with_resources(_wrap(fn), trial_request(spec)),
+            tune.with_resources(build_trainable(fn, spec), driver_request(spec)),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
                 metric=spec.metric,
@@ -280,7 +266,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 search_alg=build_searcher(spec),
                 scheduler=build_scheduler(spec),
                 num_samples=spec.num_samples,
-                max_concurrent_trials=spec.max_concurrent_trials,
+                max_concurrent_trials=max_concurrent,
                 time_budget_s=spec.time_budget_s,
                 reuse_actors=True,
                 trial_dirname_creator=lambda t: f"{t.trainable_name}_{t.trial_id}",
@@ -293,6 +279,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 callbacks=reporting.build_callbacks(spec),
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
+                failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
+                                                  fail_fast=spec.failure.fail_fast),
             ),
         )
         with _InterruptWatch() as watch:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from tuner.spec import Spec
 
-__all__ = ["ClusterResources", "trial_request", "trials_that_fit", "local_resources", "describe_resources"]
+__all__ = ["ClusterResources", "trial_request", "trials_that_fit", "local_resources", "describe_resources",
+           "check_fits"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ def local_resources(num_cpus: float | None = None, num_gpus: float | None = None
 
 
 def trial_request(spec: Spec) -> dict[str, float]:
-    """The Ray resource request of one trial, e.g. ``{"cpu": 1, "gpu": 0.5}``."""
-    return {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.gpu)}
+    """What one whole trial takes, summed over its DDP workers: ``{"cpu": 2, "gpu": 0}``."""
+    return spec.resources.total
 
 
 def trials_that_fit(spec: Spec, cluster: ClusterResources) -> int:
@@ -80,14 +81,19 @@ def trials_that_fit(spec: Spec, cluster: ClusterResources) -> int:
 def describe_resources(spec: Spec, cluster: ClusterResources) -> list[str]:
     """Plan lines for resources: per trial, the cluster, and trials at a time."""
     req = trial_request(spec)
+    res = spec.resources
     fit = trials_that_fit(spec, cluster)
     at_once = fit
     if spec.max_concurrent_trials is not None:
         at_once = min(fit, spec.max_concurrent_trials)
-    lines = [
-        f"resources:  {req['cpu']:g} CPU, {req['gpu']:g} GPU per trial",
-        f"cluster:    {cluster.cpu:g} CPU, {cluster.gpu:g} GPU on {cluster.source}",
-    ]
+    if res.distributed:
+        backend = "nccl" if res.gpu_per_worker > 0 else "gloo"
+        lines = [f"resources:  DDP, {res.workers} worker{'s' if res.workers != 1 else ''} x "
+                 f"({res.cpu_per_worker:g} CPU, {res.gpu_per_worker:g} GPU), {res.placement_strategy}, {backend}; "
+                 f"{req['cpu']:g} CPU, {req['gpu']:g} GPU per trial"]
+    else:
+        lines = [f"resources:  {req['cpu']:g} CPU, {req['gpu']:g} GPU per trial"]
+    lines += [f"cluster:    {cluster.cpu:g} CPU, {cluster.gpu:g} GPU on {cluster.source}"]
     if fit == 0:
         lines.append("fit:        0 trials at a time: a trial asks for more than the cluster has")
     else:
@@ -108,8 +114,11 @@ def check_fits(spec: Spec, cluster: ClusterResources) -> None:
     req = trial_request(spec)
     key = "gpu" if req["gpu"] > cluster.gpu else "cpu"
     have = cluster.gpu if key == "gpu" else cluster.cpu
+    field = f"{key}_per_worker" if spec.resources.distributed else key
+    what = f"{spec.resources.workers} workers x {getattr(spec.resources, field):g}" \
+        if spec.resources.distributed else f"{req[key]:g}"
     raise spec.error(
-        f"resources.{key}",
-        f"one trial asks for {req[key]:g} {key.upper()}, but {cluster.source} has {have:g}; "
-        f"lower resources.{key} or give Ray more (--num-{key}s, or a cluster with --address).",
+        f"resources.{field}",
+        f"one trial asks for {what} {key.upper()}, but {cluster.source} has {have:g}; "
+        f"lower resources.{field} or give Ray more (--num-{key}s, or a cluster with --address).",
     )

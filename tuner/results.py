@@ -31,7 +31,7 @@ __all__ = ["TuneResult", "collect_results", "best_line"]
 
 # Keys Ray adds to every result; results.csv keeps training_iteration of these.
 _RAY_KEYS = set(AUTO_RESULT_KEYS) | {"trial_id", "experiment_tag", "done", "should_checkpoint",
-                                     "node_ip", "experiment_id", "timestamp", "date"}
+                                     "node_ip", "experiment_id", "timestamp", "date", "checkpoint_path"}
 
 
 @dataclass
@@ -143,7 +143,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         best_config = plain(best.config)
         best_metrics = _user_metrics(best.metrics)
         best_id = best.metrics.get("trial_id")
-        best_ckpt = best.checkpoint.path if best.checkpoint is not None else None
+        # A DDP trial's checkpoint is Ray Train's, passed on as the checkpoint_path metric.
+        best_ckpt = best.checkpoint.path if best.checkpoint is not None else best.metrics.get("checkpoint_path")
 
     by_status: dict[str, int] = {}
     for s in statuses:

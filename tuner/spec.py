@@ -489,24 +489,80 @@ SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "bohb", "median")
 
 
 class Resources(_Model):
-    """Resources of one trial.
+    """Resources of one trial: a single process, or a DDP group of ``workers`` processes.
 
     Attributes:
-        cpu: CPUs per trial; fractional allowed.
-        gpu: GPUs per trial; a fraction below 1 packs several trials on one GPU,
-            above 1 it must be a whole number.
+        cpu: CPUs of a single-process trial; fractional allowed.
+        gpu: GPUs of a single-process trial; a fraction below 1 packs several trials on
+            one GPU, above 1 it must be a whole number.
+        workers: World size of a DDP trial (Ray Train's ``ScalingConfig.num_workers``);
+            omitted for a single-process trial.
+        cpu_per_worker: CPUs of each DDP worker.
+        gpu_per_worker: GPUs of each DDP worker: 0 or a whole number when
+            ``workers > 1``.
+        placement_strategy: How Ray places a trial's workers on nodes (a placement
+            group strategy): PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
     """
 
     cpu: float = Field(default=1, ge=0)
     gpu: float = Field(default=0, ge=0)
+    workers: int | None = Field(default=None, ge=1)
+    cpu_per_worker: float = Field(default=1, ge=0)
+    gpu_per_worker: float = Field(default=0, ge=0)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
     @model_validator(mode="after")
     def _check(self):
-        if self.cpu == 0 and self.gpu == 0:
-            raise _fail("cpu", "a trial needs cpu > 0 or gpu > 0, but got (cpu=0, gpu=0).")
-        if self.gpu > 1 and self.gpu != int(self.gpu):
-            raise _fail("gpu", f"gpu above 1 must be a whole number (a fraction only below 1), but got gpu={self.gpu}.")
+        given = self.model_fields_set
+        if self.workers is None:
+            for key in ("cpu_per_worker", "gpu_per_worker", "placement_strategy"):
+                if key in given:
+                    raise _fail(key, f"{key} applies to a DDP trial only; add `workers: N` "
+                                "(the world size), or use cpu/gpu for a single-process trial.")
+            if self.cpu == 0 and self.gpu == 0:
+                raise _fail("cpu", "a trial needs cpu > 0 or gpu > 0, but got (cpu=0, gpu=0).")
+            if self.gpu > 1 and self.gpu != int(self.gpu):
+                raise _fail("gpu", f"gpu above 1 must be a whole number (a fraction only below 1), "
+                            f"but got gpu={self.gpu}.")
+            return self
+        for key in ("cpu", "gpu"):
+            if key in given:
+                raise _fail(key, f"with workers, give {key}_per_worker instead of {key} "
+                            f"(each of the {self.workers} workers gets that much).")
+        if self.cpu_per_worker == 0 and self.gpu_per_worker == 0:
+            raise _fail("cpu_per_worker", "a worker needs cpu_per_worker > 0 or gpu_per_worker > 0, "
+                        "but got (cpu_per_worker=0, gpu_per_worker=0).")
+        g = self.gpu_per_worker
+        if g != int(g) and (self.workers > 1 or g > 1):
+            raise _fail("gpu_per_worker", f"gpu_per_worker must be 0 or a whole number when workers > 1 "
+                        f"(NCCL needs a whole GPU per rank), but got (workers={self.workers}, gpu_per_worker={g}).")
         return self
+
+    @property
+    def distributed(self) -> bool:
+        """Whether a trial is a DDP group launched through Ray Train."""
+        return self.workers is not None
+
+    @property
+    def total(self) -> dict[str, float]:
+        """What one whole trial takes: ``{"cpu": ..., "gpu": ...}`` summed over its workers."""
+        if self.workers is None:
+            return {"cpu": float(self.cpu), "gpu": float(self.gpu)}
+        return {"cpu": self.workers * float(self.cpu_per_worker), "gpu": self.workers * float(self.gpu_per_worker)}
+
+
+class Failure(_Model):
+    """What happens when a trial raises.
+
+    Attributes:
+        max_failures: Retries of a failing trial from its latest checkpoint before it is
+            marked ERROR (Ray Tune's ``FailureConfig.max_failures``; for a DDP trial also
+            Ray Train's, which restarts the worker group).
+        fail_fast: Stop the whole experiment at the first trial error.
+    """
+
+    max_failures: int = Field(default=0, ge=0)
+    fail_fast: bool = False
 
 
 class CLIReporting(_Model):
@@ -565,6 +621,10 @@ class Spec(_Model):
     resources: Resources = Field(default_factory=Resources)
     reporting: Reporting = Field(default_factory=Reporting)
     storage: str = "runs"
+    failure: Failure = Field(default_factory=Failure)
+    amp: bool = False
+    oom_backoff: str | None = None
+    min_batch_size: int = Field(default=1, ge=1)
 
     _source: str | None = PrivateAttr(default=None)
     _marks: dict = PrivateAttr(default_factory=dict)
@@ -645,6 +705,13 @@ class Spec(_Model):
                         f"max_t={self.scheduler_max_t}).")
         for path, dist in _iter_params(self.param_space):
             _check_param_for_search(path, dist, algo)
+        if self.oom_backoff is not None:
+            names = [p.split(".", 1)[1] for p, _ in _iter_params(self.param_space)]
+            if self.oom_backoff not in names:
+                hint = _closest(self.oom_backoff, names)
+                guess = f"; did you mean '{hint}'?" if hint else "."
+                raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
+                            f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
         return self
 
     @property

@@ -1,43 +1,96 @@
 """Trial-side helpers: the only calls a train function needs.
 
-A train function takes one argument, ``config`` (a plain ``dict`` of the sampled
-hyperparameters), and calls :func:`report` once per epoch::
+The same train function runs unchanged as a single process, as a DDP group of
+``resources.workers`` processes per trial (launched by Ray Train's ``TorchTrainer``),
+or as a plain Python call outside Ray (handy for debugging)::
 
     from tuner import trial
 
     def train(config):
-        start = 0
-        ckpt = trial.get_checkpoint()
-        if ckpt:
-            start = load(ckpt) + 1
+        model = trial.prepare_model(build(config))          # device + DDP wrap
+        loader = trial.prepare_data_loader(DataLoader(ds, batch_size=config["batch_size"], shuffle=True))
+        opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+        start = load(trial.get_checkpoint()) if trial.get_checkpoint() else 0
         for epoch in range(start, config["epochs"]):
-            ...
-            trial.report({"val_loss": loss, "val_accuracy": acc})
+            for x, y in loader:                             # already on trial.device()
+                with trial.autocast():                      # AMP when the spec says amp: true
+                    loss = loss_fn(model(x), y)
+                opt.zero_grad()
+                trial.scaler().scale(loss).backward()
+                trial.scaler().step(opt)
+                trial.scaler().update()
+            trial.report({"val_loss": ...}, checkpoint_dir=save(...) if trial.is_main_process() else None)
 
-The same code runs inside a Ray Tune trial (the calls wrap ``ray.tune.report`` and
-``ray.tune.get_checkpoint``) and as a plain Python call outside Ray, where
-:func:`report` only prints and records the metrics, which is handy for debugging a
-train function before tuning it.
+Practices built in (from the course notes on PyTorch multi-GPU training):
+``DistributedSampler`` with the global batch split as ``batch_size // world_size``;
+checkpoints written by rank 0 only and restored on every rank; ``pin_memory`` on GPU;
+``num_workers = min(4 x GPUs, CPUs)`` per process; AMP with bf16 where supported,
+else fp16 with a ``GradScaler``; metrics as plain numbers, never tensors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
-__all__ = ["report", "get_checkpoint", "in_tune", "local_reports"]
+__all__ = [
+    "report", "get_checkpoint", "world_size", "rank", "local_rank", "is_main_process", "device",
+    "prepare_model", "prepare_data_loader", "autocast", "scaler", "in_tune", "local_reports",
+]
 
-# Metrics reported while running outside Ray (plain Python call), oldest first.
+
+@dataclass
+class TrialOptions:
+    """What the engine tells each trial process (or DDP worker) about its trial.
+
+    Attributes:
+        amp: Whether :func:`autocast` and :func:`scaler` are on (``amp: true``).
+        cpu: CPUs of this process (``resources.cpu`` or ``cpu_per_worker``).
+        gpu: GPUs of this process (``resources.gpu`` or ``gpu_per_worker``).
+        distributed: Whether this process is a Ray Train worker of a DDP trial.
+        oom_param: The parameter halved on CUDA out-of-memory (``oom_backoff``).
+        extra_metrics: Added to every report, e.g. ``{"batch_size_used": 32}``.
+    """
+
+    amp: bool = False
+    cpu: float = 1.0
+    gpu: float = 0.0
+    distributed: bool = False
+    oom_param: str | None = None
+    extra_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+_options: TrialOptions | None = None
+_latest_checkpoint: str | None = None  # kept for in-process restarts (OOM backoff)
+_scaler = None
 _LOCAL_REPORTS: list[dict[str, Any]] = []
 
 
-def in_tune() -> bool:
-    """Whether the caller runs inside a Ray Tune trial.
+def _configure(options: TrialOptions | None) -> None:
+    """Set this process's trial options (called by the engine before the train function)."""
+    global _options, _scaler, _latest_checkpoint
+    _options, _scaler, _latest_checkpoint = options, None, None
 
-    Returns:
-        True inside a Tune function trainable, False in a plain Python process.
-    """
+
+def _opts() -> TrialOptions:
+    return _options or TrialOptions(gpu=float(_cuda_available()))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def in_tune() -> bool:
+    """Whether the caller runs inside a Ray Tune trial (not a DDP worker, not plain Python)."""
     try:
         # The check Ray's own TuneReportCallback uses; asking get_context() for a
         # trial id instead logs a warning outside a trial.
@@ -48,50 +101,297 @@ def in_tune() -> bool:
         return False
 
 
+def _distributed() -> bool:
+    return _options is not None and _options.distributed
+
+
+def world_size() -> int:
+    """Number of processes of this trial: ``resources.workers``, or 1."""
+    if _distributed():
+        import ray.train
+
+        return ray.train.get_context().get_world_size()
+    return 1
+
+
+def rank() -> int:
+    """Global rank of this process in its trial's DDP group (0 for a single process)."""
+    if _distributed():
+        import ray.train
+
+        return ray.train.get_context().get_world_rank()
+    return 0
+
+
+def local_rank() -> int:
+    """Rank of this process among its trial's processes on the same node."""
+    if _distributed():
+        import ray.train
+
+        return ray.train.get_context().get_local_rank()
+    return 0
+
+
+def is_main_process() -> bool:
+    """Whether this is rank 0, the process that writes checkpoints and files."""
+    return rank() == 0
+
+
+def device():
+    """The ``torch.device`` this process trains on.
+
+    A DDP worker gets its own GPU (``ray.train.torch.get_device``); a single-process
+    trial with GPUs gets ``cuda:0`` (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPUs
+    assigned to the trial); otherwise ``cpu``.
+    """
+    import torch
+
+    if _distributed():
+        import ray.train.torch
+
+        return ray.train.torch.get_device()
+    if torch.cuda.is_available() and _opts().gpu > 0:
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def prepare_model(model):
+    """Move a model to :func:`device` and, in a DDP trial, wrap it in ``DistributedDataParallel``.
+
+    Wraps ``ray.train.torch.prepare_model`` in a DDP worker.
+
+    Args:
+        model: A ``torch.nn.Module``.
+
+    Returns:
+        The model on its device; a ``DistributedDataParallel`` wrapper when
+        ``world_size() > 1``.
+    """
+    if _distributed():
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(model)
+    return model.to(device())
+
+
+def default_num_workers() -> int:
+    """DataLoader worker processes: ``min(4 x GPUs, CPUs)`` of this process (0 on CPU only)."""
+    opts = _opts()
+    return max(0, int(min(4 * opts.gpu, opts.cpu)))
+
+
+class _DeviceLoader:
+    """Iterates a DataLoader, moving batches to the device and advancing the sampler's epoch."""
+
+    def __init__(self, loader, target, non_blocking: bool):
+        self.loader, self.device, self.non_blocking = loader, target, non_blocking
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+    def _move(self, batch):
+        if hasattr(batch, "to"):
+            return batch.to(self.device, non_blocking=self.non_blocking)
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self._move(b) for b in batch)
+        if isinstance(batch, Mapping):
+            return {k: self._move(v) for k, v in batch.items()}
+        return batch
+
+    def __iter__(self) -> Iterator:
+        sampler = getattr(self.loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.epoch)  # a new shuffle each epoch, the same on every rank
+        self.epoch += 1
+        for batch in self.loader:
+            yield self._move(batch)
+
+
+def prepare_data_loader(loader, *, num_workers: int | None = None, pin_memory: bool | None = None):
+    """Rebuild a DataLoader for this trial: sampler, per-worker batch, workers, pinning.
+
+    * In a DDP trial the global batch is split: each worker loads
+      ``batch_size // world_size`` samples a step from its shard, chosen by a
+      ``DistributedSampler`` (shuffled when the loader shuffled) whose epoch advances
+      at each pass, so every epoch reshuffles.
+    * ``num_workers`` defaults to :func:`default_num_workers` unless the loader set it.
+    * ``pin_memory`` defaults to True when training on a GPU.
+    * Batches come out already on :func:`device`.
+
+    Args:
+        loader: A ``torch.utils.data.DataLoader`` with a map-style dataset and a
+            ``batch_size`` (the global batch of the trial).
+        num_workers: Loader worker processes; overrides the default.
+        pin_memory: Page-locked host memory; overrides the default.
+
+    Returns:
+        An iterable of batches on the device, with ``len()`` in batches.
+
+    Raises:
+        ValueError: If the loader has no ``batch_size`` (a custom ``batch_sampler``).
+    """
+    from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
+
+    if loader.batch_size is None:
+        raise ValueError("prepare_data_loader needs a DataLoader built with batch_size (not batch_sampler).")
+    target = device()
+    ws = world_size()
+    sampler = loader.sampler
+    if ws > 1:
+        shuffle = not isinstance(loader.sampler, SequentialSampler)
+        sampler = DistributedSampler(loader.dataset, num_replicas=ws, rank=rank(), shuffle=shuffle)
+    workers = num_workers if num_workers is not None else (loader.num_workers or default_num_workers())
+    pin = pin_memory if pin_memory is not None else (loader.pin_memory or target.type == "cuda")
+    rebuilt = DataLoader(
+        loader.dataset,
+        batch_size=max(1, loader.batch_size // ws),
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=pin,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        persistent_workers=workers > 0,
+    )
+    return _DeviceLoader(rebuilt, target, non_blocking=pin)
+
+
+def _amp_dtype():
+    import torch
+
+    target = device()
+    if target.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16
+
+
+def autocast():
+    """Mixed-precision context for the forward pass: on with ``amp: true`` in the spec.
+
+    bf16 where the device supports it (CPUs, Ampere and newer GPUs), else fp16; pair
+    fp16 with :func:`scaler`. Wraps ``torch.autocast``.
+
+    Returns:
+        A context manager (a no-op when AMP is off).
+    """
+    import torch
+
+    if not _opts().amp:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device().type, dtype=_amp_dtype())
+
+
+def scaler():
+    """The trial's ``torch.amp.GradScaler``: enabled only for fp16 AMP, else a pass-through.
+
+    Always safe to use: ``scaler().scale(loss).backward(); scaler().step(opt);
+    scaler().update()`` is plain ``backward``/``step`` when scaling is off.
+    """
+    global _scaler
+    if _scaler is None:
+        import torch
+
+        enabled = _opts().amp and device().type == "cuda" and _amp_dtype() == torch.float16
+        _scaler = torch.amp.GradScaler(device().type, enabled=enabled)
+    return _scaler
+
+
+def _gpu_metrics() -> dict[str, Any]:
+    """Peak GPU memory (bytes) and utilisation (percent) of this process's GPU."""
+    import torch
+
+    target = device()
+    if target.type != "cuda":
+        return {}
+    out: dict[str, Any] = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated(target))}
+    try:
+        out["gpu_utilization_percent"] = int(torch.cuda.utilization(target))  # nvidia-ml-py
+    except Exception:  # noqa: BLE001 - no NVML: memory only
+        pass
+    return out
+
+
 def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None = None) -> None:
     """Report one result (usually one epoch) of the current trial.
 
-    Inside Ray Tune this wraps ``ray.tune.report``: the scheduler (ASHA, Hyperband,
-    ...) sees the result, and ``training_iteration`` grows by one per call. Outside
-    Ray the metrics are printed and kept in :func:`local_reports`.
+    In a single-process trial this wraps ``ray.tune.report``; in a DDP trial
+    ``ray.train.report``, which every rank must call (rank 0's metrics reach Tune,
+    and only rank 0's checkpoint is kept). The scheduler (ASHA, Hyperband, ...) sees
+    each result, and ``training_iteration`` grows by one per call. Outside Ray the
+    metrics are printed and kept in :func:`local_reports`. On a GPU the trial's peak
+    GPU memory (bytes) and utilisation (percent) are added.
 
     Args:
         metrics: Metric name to value, e.g. ``{"val_loss": 0.31, "val_accuracy": 0.91}``.
             Values must be plain numbers (call ``.item()`` on tensors, so that no
             tensor or autograd graph is kept alive by a running sum).
         checkpoint_dir: Optional folder whose files form a checkpoint of this
-            iteration. Ray copies it into the experiment's storage; the folder may be
-            deleted after the call returns.
+            iteration. Ray copies it into the experiment's storage during the call;
+            the folder may be deleted afterwards. Ignored on ranks other than 0.
 
     Raises:
-        TypeError: If a metric value is a tensor or another non-scalar type.
+        TypeError: If a metric value is a tensor with more than one element or
+            another non-scalar type.
     """
+    global _latest_checkpoint
     clean = {str(k): _scalar(k, v) for k, v in metrics.items()}
+    clean.update(_opts().extra_metrics)
+    if _distributed():
+        import ray.train
+
+        clean.update(_gpu_metrics())
+        ckpt = ray.train.Checkpoint.from_directory(os.fspath(checkpoint_dir)) \
+            if checkpoint_dir and is_main_process() else None
+        ray.train.report(clean, checkpoint=ckpt)
+        return
     if not in_tune():
         _LOCAL_REPORTS.append(clean)
         print(f"[tuner.trial] report {len(_LOCAL_REPORTS)}: {clean}", flush=True)
         return
     from ray import tune
 
-    checkpoint = tune.Checkpoint.from_directory(os.fspath(checkpoint_dir)) if checkpoint_dir else None
+    clean.update(_gpu_metrics())
+    checkpoint = None
+    if checkpoint_dir:
+        if _opts().oom_param:  # keep a copy to restart from after an out-of-memory error
+            keep = tempfile.mkdtemp(prefix="tuner-latest-ckpt-")
+            shutil.copytree(checkpoint_dir, keep, dirs_exist_ok=True)
+            if _latest_checkpoint:
+                shutil.rmtree(_latest_checkpoint, ignore_errors=True)
+            _latest_checkpoint = keep
+        checkpoint = tune.Checkpoint.from_directory(os.fspath(checkpoint_dir))
     tune.report(clean, checkpoint=checkpoint)
 
 
 def get_checkpoint() -> str | None:
     """Return the folder of the trial's latest checkpoint, or None.
 
-    A trial has a checkpoint when it is resumed: after a failure, after a pause by a
-    scheduler, or after ``tuner resume``.
+    A trial has a checkpoint when it resumes: after a failure, after a pause by a
+    scheduler, after ``tuner resume``, or after an out-of-memory back-off. In a DDP
+    trial every rank gets the same folder.
 
     Returns:
         A local folder holding the files given to :func:`report` as
         ``checkpoint_dir``, or None when the trial starts from scratch.
     """
-    if not in_tune():
-        return None
-    from ray import tune
+    if _distributed():
+        import ray.train
 
-    ckpt = tune.get_checkpoint()
+        ckpt = ray.train.get_checkpoint()
+    elif _latest_checkpoint:
+        return _latest_checkpoint
+    elif in_tune():
+        from ray import tune
+
+        ckpt = tune.get_checkpoint()
+    else:
+        return None
     if ckpt is None:
         return None
     if ckpt.filesystem is not None and ckpt.filesystem.type_name == "local":

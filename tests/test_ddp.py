@@ -1,0 +1,122 @@
+"""DDP trials through Ray Train on CPU (gloo), logical GPUs, and the out-of-memory back-off."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli
+from tuner import tune_model
+from tuner.spec import load_spec
+
+
+def spec(tmp_path, **kw):
+    out = {
+        "name": "ddp",
+        "trainable": "tests.trainables:ddp_probe",
+        "metric": "loss",
+        "mode": "min",
+        "num_samples": 1,
+        "param_space": {"x": 0.5, "epochs": 2},
+        "resources": {"workers": 2, "cpu_per_worker": 1},
+        "reporting": {"cli": False, "tensorboard": False},
+        "storage": str(tmp_path),
+    }
+    out.update(kw)
+    return out
+
+
+def test_ddp_trial_with_two_gloo_workers(ray_local, tmp_path):
+    result = tune_model(spec(tmp_path))
+    m = result.best_metrics
+    assert m["world_size"] == 2 and m["rank"] == 0, "rank 0's metrics reach Tune"
+    assert m["per_worker_batch"] == 4, "the global batch of 8 is split over 2 workers"
+    shards = json.loads(m["shards"])
+    assert len(shards) == 2 and not set(shards[0]) & set(shards[1]), "DistributedSampler gives disjoint shards"
+    assert sorted(shards[0] + shards[1]) == list(range(16)), "together the ranks see every sample once"
+    assert m["device"] == "cpu"
+    assert result.dataframe.loc[0, "training_iteration"] == 2
+    assert result.best_checkpoint and "checkpoint" in result.best_checkpoint
+
+
+def test_ddp_worker_crash_resumes_from_checkpoint_on_all_ranks(ray_local, tmp_path):
+    marker = tmp_path / "crashed-once"
+    result = tune_model(spec(tmp_path, param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
+                                                    "fail_marker": str(marker)},
+                             failure={"max_failures": 1}))
+    assert marker.exists(), "the worker crashed once"
+    m = result.best_metrics
+    assert m["epoch"] == 2
+    assert json.loads(m["starts"]) == [1, 1], "both ranks restored the checkpoint of epoch 0"
+    assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
+
+
+def test_ddp_plan(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        "trainable: tests.trainables:ddp_probe\nresources: {workers: 2, cpu_per_worker: 1}\n")
+    proc = run_cli("validate", tmp_path / "s.yaml", "--num-cpus", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert "resources:  DDP, 2 workers x (1 CPU, 0 GPU), PACK, gloo; 2 CPU, 0 GPU per trial" in proc.stdout
+    assert "fit:        2 trials at a time" in proc.stdout
+    proc = run_cli("validate", tmp_path / "s.yaml", "--num-cpus", "1")
+    assert proc.returncode == 2
+    assert "resources.cpu_per_worker: one trial asks for 2 workers x 1 CPU, but this machine" in proc.stderr
+
+
+def test_logical_gpus_pack_four_trials_without_oversubscription(tmp_path):
+    """--num-gpus 2 with gpu: 0.5 runs 4 trials at once, each on its assigned GPU."""
+    (tmp_path / "g.yaml").write_text("""\
+name: gpus
+trainable: tests.trainables:gpu_probe
+metric: loss
+mode: min
+num_samples: 8
+param_space: {x: {type: uniform, low: 0, high: 1}, sleep: 4}
+resources: {cpu: 0.5, gpu: 0.5}
+reporting: {cli: false}
+""")
+    proc = run_cli("run", tmp_path / "g.yaml", "--num-cpus", "2", "--num-gpus", "2", "--storage", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(tmp_path / "gpus" / "results.csv", dtype={"gpu_ids": str, "cuda_visible_devices": str})
+    assert len(df) == 8
+    assert set(df["gpu_ids"]) <= {"0", "1"} and (df["gpu_ids"] == df["cuda_visible_devices"]).all()
+    events = sorted([(t, +1, g) for t, g in zip(df["start"], df["gpu_ids"])] +
+                    [(t, -1, g) for t, g in zip(df["end"], df["gpu_ids"])], key=lambda e: (e[0], e[1]))
+    running, per_gpu, peak = 0, {"0": 0, "1": 0}, 0
+    for _, delta, gpu in events:
+        running += delta
+        per_gpu[gpu] += delta
+        peak = max(peak, running)
+        assert per_gpu[gpu] <= 2, "no GPU holds more than two 0.5-GPU trials"
+    assert peak == 4, "4 trials at a time"
+
+
+@pytest.mark.parametrize("fits,expect_error", [(16, False), (4, True)])
+def test_oom_backoff_single_process(ray_local, tmp_path, fits, expect_error):
+    result = tune_model(spec(tmp_path, trainable="tests.trainables:oom_until_small",
+                             resources={"cpu": 1}, param_space={"batch_size": 64, "fits": fits},
+                             oom_backoff="batch_size", min_batch_size=8))
+    df = result.dataframe
+    if not expect_error:
+        assert df.loc[0, "status"] == "TERMINATED"
+        assert df.loc[0, "batch_size_used"] == 16 and df.loc[0, "batch_size_seen"] == 16
+        assert df.loc[0, "training_iteration"] == 4 and df.loc[0, "epoch"] == 3, "resumed at epoch 2, not 0"
+    else:
+        assert df.loc[0, "status"] == "ERROR"
+        assert result.summary["errors"][0]["error"] == (
+            "tuner.trainable.OutOfMemoryBackoffError: CUDA out of memory with batch_size=8; halving it would go "
+            "below min_batch_size=8, so the trial stops here. Lower the model size or give the trial more GPU memory.")
+
+
+def test_oom_backoff_spec_errors():
+    with pytest.raises(Exception, match="oom_backoff names 'bs', which is not a parameter in param_space"):
+        load_spec({"trainable": "a.b:c", "oom_backoff": "bs", "param_space": {"batch_size": 8}})
+
+
+@pytest.mark.slow
+def test_mnist_ddp_spec_runs(tmp_path):
+    proc = run_cli("run", "search_spaces/mnist_ddp.yaml", "--storage", tmp_path, "--num-samples", "1",
+                   "--set", "param_space.epochs=1", "--set", "param_space.limit_train=800", timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
+    summary = json.loads((tmp_path / "mnist-ddp" / "summary.json").read_text())
+    assert summary["best"]["metrics"]["val_accuracy"] > 0.5
