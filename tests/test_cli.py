@@ -73,9 +73,9 @@ GOLDEN = [
      "Allowed: fifo, asha, hyperband, bohb, median."),
     ("tests.trainables:quadratic", "tests.no_such_module:train",
      "{f}:2:12: trainable: module 'tests.no_such_module' not found (looked on sys.path, including {cwd}, {d})."),
-    ("tests.trainables:quadratic", "tests.trainables:quadratik",
-     "{f}:2:12: trainable: 'tests.trainables' has no function 'quadratik'; did you mean 'quadratic'? "
-     "Functions there: checkpointing, fails_for_large_x, nan_metric, quadratic, raw_ray, slow, typed."),
+    ("tests.trainables:quadratic", "tests.named_functions:trian",
+     "{f}:2:12: trainable: 'tests.named_functions' has no function 'trian'; did you mean 'train'? "
+     "Functions there: evaluate, train."),
     ("tests.trainables:quadratic", "missing/file.py:train",
      "{f}:2:12: trainable: file 'missing/file.py' not found (looked in {cwd}, {d})."),
     ("resources: {cpu: 1}", "resources: {cpu: 4}",

@@ -1,0 +1,9 @@
+"""A module with known functions, for the golden 'no such function' error."""
+
+
+def train(config):
+    """A train function."""
+
+
+def evaluate(config):
+    """Another function."""
