@@ -120,3 +120,19 @@ def test_mnist_ddp_spec_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
     summary = json.loads((tmp_path / "mnist-ddp" / "summary.json").read_text())
     assert summary["best"]["metrics"]["val_accuracy"] > 0.5
+
+
+@pytest.mark.slow
+def test_oom_backoff_ddp_restarts_the_worker_group(ray_local, tmp_path):
+    result = tune_model(spec(tmp_path, trainable="tests.trainables:ddp_oom_until_small",
+                             param_space={"batch_size": 32, "fits": 16}, oom_backoff="batch_size"))
+    m = result.best_metrics
+    assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
+    assert m["batch_size_used"] == 16 and m["batch_size_seen"] == 16
+    assert m["epoch"] == 2 and m["start"] == 1, "the group resumed from the checkpoint of epoch 0"
+
+
+def test_no_gpu_metrics_on_cpu():
+    from tuner import trial
+
+    assert trial._gpu_metrics() == {}

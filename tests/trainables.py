@@ -160,3 +160,28 @@ def oom_until_small(config):
             json.dump({"epoch": epoch}, f)
         trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "batch_size_seen": config["batch_size"]},
                      checkpoint_dir=folder)
+
+
+def ddp_oom_until_small(config):
+    """DDP: every rank raises a simulated CUDA OOM at epoch 1 while batch_size > config['fits']."""
+    import json
+    import os
+    import tempfile
+
+    import torch
+
+    ckpt = trial.get_checkpoint()
+    start = 0
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            start = json.load(f)["epoch"] + 1
+    for epoch in range(start, 3):
+        if epoch == 1 and config["batch_size"] > config["fits"]:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
+        folder = None
+        if trial.is_main_process():
+            folder = tempfile.mkdtemp()
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"epoch": epoch}, f)
+        trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "start": start,
+                      "batch_size_seen": config["batch_size"]}, checkpoint_dir=folder)
