@@ -211,3 +211,28 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path):
     import pandas as pd
 
     assert (pd.read_csv(exp / "results.csv")["training_iteration"].fillna(0) < 200).all(), "stopped early"
+
+
+def test_first_trial_error_aborts_with_traceback(tmp_path):
+    """A bug that fails the first trial before any result stops the run, instead of burning the budget."""
+    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
+                 .replace("num_samples: 4", "num_samples: 20"))
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert proc.returncode == 1
+    assert "failed before any trial reported a result, so the experiment stopped" in proc.stderr
+    assert "Traceback" in proc.stderr and "KeyError: 'learning_rate'" in proc.stderr
+    assert 'return config["learning_rate"]  # the spec calls it lr' in proc.stderr
+    summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
+    assert summary["aborted"]["trial_id"]
+    assert summary["trials"]["by_status"].get("TERMINATED", 0) + summary["trials"]["by_status"].get("ERROR", 0) \
+        + summary["trials"]["by_status"].get("PENDING", 0) == 20
+    assert summary["trials"]["by_status"].get("ERROR", 0) <= 2, "at most the trials already running fail"
+
+
+def test_first_error_abort_can_be_turned_off(tmp_path):
+    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
+                 + "failure: {abort_on_first_error: false}\n")
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert proc.returncode == 1
+    summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
+    assert summary["aborted"] is None and summary["trials"]["by_status"] == {"ERROR": 4}

@@ -129,10 +129,24 @@ def test_errored_trials_are_counted(ray_local, tmp_path):
     assert result.best_config["x"] <= 0.5
 
 
-def test_nan_metric_is_never_best(ray_local, tmp_path):
+def test_nan_metric_fails_the_trial_and_is_never_best(ray_local, tmp_path):
     result = tune_model(base(tmp_path, trainable="tests.trainables:nan_metric", num_samples=6))
+    df = result.dataframe
+    assert result.summary["aborted"] is None, "a NaN is a bad config, not a bug: no abort"
     assert result.best_config["x"] <= 0.5
     assert np.isfinite(result.best_metrics["loss"])
+    assert set(df.loc[df["config/x"] > 0.5, "status"]) == {"ERROR"}
+    assert set(df.loc[df["config/x"] <= 0.5, "status"]) == {"TERMINATED"}
+    assert all("NonFiniteMetricError: metric 'loss' is nan" in e["error"] for e in result.summary["errors"])
+
+
+def test_nan_never_moves_asha_rungs(ray_local, tmp_path):
+    """A NaN trial fails before its result reaches the scheduler: no rung records it."""
+    result = tune_model(base(tmp_path, trainable="tests.trainables:nan_metric", num_samples=6,
+                             failure={"abort_on_first_error": False},
+                             scheduler={"type": "asha", "max_t": 2, "reduction_factor": 2}))
+    df = result.dataframe
+    assert (df.loc[df["status"] == "ERROR", "loss"].isna()).all(), "no NaN result was ever recorded"
 
 
 def test_checkpoint_is_returned(ray_local, tmp_path):

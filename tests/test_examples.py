@@ -1,4 +1,9 @@
-"""Tests of the example train functions, called as plain Python functions (no Ray)."""
+"""Tests of the example train functions, called as plain Python functions (no Ray).
+
+The DDP path (two Ray Train workers per trial) runs end to end in
+``tests/test_ddp.py::test_mnist_ddp_spec_runs`` (slow); here the pieces it relies on are
+checked in one process: AMP, checkpoints of DDP-wrapped models, and the sampler epoch.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,9 @@ import shutil
 import numpy as np
 import pytest
 import torch
+
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from examples import _common, cifar, mnist
 from tuner import trial
@@ -162,3 +170,116 @@ def test_cifar_no_folder_given(monkeypatch):
     monkeypatch.delenv("TUNER_CIFAR_DIR", raising=False)
     with pytest.raises(FileNotFoundError, match="TUNER_CIFAR_DIR"):
         cifar.find_data()
+
+
+@pytest.fixture
+def amp():
+    """Trial options as the engine sets them for a single-process trial with ``amp: true``."""
+    trial._configure(trial.TrialOptions(amp=True))
+    try:
+        yield
+    finally:
+        trial._configure(None)
+
+
+def test_mnist_trains_with_amp(reports, amp, monkeypatch):
+    """``amp: true`` runs the forward pass in bf16 on CPU (scaler off) and still learns."""
+    dtypes = set()
+    real_build = mnist.build_model
+
+    def build(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        model.register_forward_hook(lambda module, inputs, out: dtypes.add((module.training, out.dtype)))
+        return model
+
+    monkeypatch.setattr(mnist, "build_model", build)
+    assert not trial.scaler().is_enabled(), "no loss scaling with bf16"
+    mnist.train({**QUICK, "epochs": 2})
+    assert dtypes == {(True, torch.bfloat16), (False, torch.bfloat16)}, "autocast in training and validation"
+    assert [m["epoch"] for m, _ in reports] == [1, 2]
+    for i, (metrics, ckpt) in enumerate(reports):
+        assert_sane(metrics, i + 1)
+    assert reports[-1][0]["val_accuracy"] > 0.5
+    state = torch.load(os.path.join(reports[-1][1], _common.CHECKPOINT_FILE), weights_only=True)
+    assert state["model"]["0.weight"].dtype == torch.float32, "weights stay float32 under autocast"
+
+
+def test_mnist_amp_off_by_default(reports, monkeypatch):
+    dtypes = set()
+    real_build = mnist.build_model
+
+    def build(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        model.register_forward_hook(lambda module, inputs, out: dtypes.add(out.dtype))
+        return model
+
+    monkeypatch.setattr(mnist, "build_model", build)
+    mnist.train(QUICK)
+    assert dtypes == {torch.float32}
+
+
+@pytest.fixture
+def gloo_group(tmp_path):
+    """A one-process gloo group, enough to build a ``DistributedDataParallel`` wrapper."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_checkpoints_load_across_ddp_and_single_process(gloo_group, monkeypatch):
+    """Checkpoints hold the unwrapped weights: a DDP trial's loads into a single process and back."""
+    torch.manual_seed(0)
+    plain = mnist.build_model(8, 0.0)
+    wrapped = DistributedDataParallel(mnist.build_model(8, 0.0))
+    assert _common.unwrap(wrapped) is wrapped.module and _common.unwrap(plain) is plain
+    opt_w = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    wrapped(torch.randn(4, 1, 28, 28)).sum().backward()
+    opt_w.step()  # momentum buffers to save
+    folder = _common.save_checkpoint(wrapped, opt_w, 5)
+    try:
+        state = torch.load(os.path.join(folder, _common.CHECKPOINT_FILE), weights_only=True)
+        assert not any(k.startswith("module.") for k in state["model"])
+        monkeypatch.setattr(trial, "get_checkpoint", lambda: folder)
+        opt_p = torch.optim.SGD(plain.parameters(), lr=0.1, momentum=0.9)
+        assert _common.load_checkpoint(plain, opt_p) == 5
+        for a, b in zip(plain.parameters(), wrapped.module.parameters()):
+            assert torch.equal(a, b)
+        assert opt_p.state_dict()["state"], "momentum buffers restored"
+
+        # ... and a checkpoint of a single process (or of a wrapper's own state_dict) into DDP
+        other = DistributedDataParallel(mnist.build_model(8, 0.0))
+        torch.save({"model": wrapped.state_dict(), "optimizer": opt_w.state_dict(), "epoch": 5},
+                   os.path.join(folder, _common.CHECKPOINT_FILE))  # keys prefixed "module."
+        assert _common.load_checkpoint(other, torch.optim.SGD(other.parameters(), lr=0.1, momentum=0.9)) == 5
+        for a, b in zip(other.module.parameters(), wrapped.module.parameters()):
+            assert torch.equal(a, b)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_resumed_ddp_loader_shuffles_like_an_uninterrupted_one():
+    """The DistributedSampler shuffles from (config seed, epoch), also after a resume."""
+    data = TensorDataset(torch.arange(32), torch.arange(32))
+
+    def loader():
+        # What trial.prepare_data_loader builds for rank 0 of 2.
+        dl = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, num_replicas=2, rank=0, shuffle=True))
+        return trial._DeviceLoader(dl, torch.device("cpu"), non_blocking=False)
+
+    def order(dl):
+        return [int(v) for x, _ in dl for v in x]
+
+    fresh = loader()
+    _common._start_sampler_at(fresh, seed=3, epoch=0)
+    epochs = [order(fresh) for _ in range(3)]
+    assert epochs[0] != epochs[1] != epochs[2], "a new shuffle each epoch"
+    resumed = loader()
+    _common._start_sampler_at(resumed, seed=3, epoch=1)
+    assert [order(resumed) for _ in range(2)] == epochs[1:]
+    other_seed = loader()
+    _common._start_sampler_at(other_seed, seed=4, epoch=0)
+    assert order(other_seed) != epochs[0], "the config seed changes the shuffle"

@@ -185,3 +185,8 @@ def ddp_oom_until_small(config):
                 json.dump({"epoch": epoch}, f)
         trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "start": start,
                       "batch_size_seen": config["batch_size"]}, checkpoint_dir=folder)
+
+
+def typo(config):
+    """A train function with a bug: every trial fails on its first iteration."""
+    return config["learning_rate"]  # the spec calls it lr

@@ -107,6 +107,7 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets) ->
 def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run) -> None:
     """Run the tuning experiment described by SPEC."""
     from tuner.engine import plan, run_prepared
+    from tuner.failures import ExperimentLocked
 
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     if dry_run:
@@ -114,15 +115,23 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
         return
     try:
         result = run_prepared(prepared, echo=click.echo)
-    except SpecError as err:  # resources checked against the cluster once connected
+    except (SpecError, ExperimentLocked) as err:  # checked once connected / once the folder is locked
         _bad_input(err)
     except KeyboardInterrupt:
         click.echo("tuner: interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    click.echo(f"Results: {result.experiment_path}/results.csv, summary.json, best_config.yaml")
+    click.echo(f"Results: {result.experiment_path} (summary.json, results.csv"
+               f"{', best_config.yaml' if result.best_config is not None else ''})")
     if result.interrupted:
         click.echo(f"tuner: interrupted; the results so far are in {result.experiment_path}.", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    if result.aborted:
+        click.echo(f"tuner: the first trial, {result.aborted['trial_id']}, failed before any trial reported a "
+                   "result, so the experiment stopped instead of running every trial into the same error "
+                   "(failure.abort_on_first_error: false turns this off). Its error:", err=True)
+        click.echo(result.aborted["traceback"], err=True)
+        click.echo(f"tuner: trial folder: {result.aborted['path']}", err=True)
+        sys.exit(EXIT_TRIALS_FAILED)
     if result.num_errors:
         for err in result.summary.get("errors", []):
             click.echo(f"tuner: trial {err['trial_id']} errored: {err['error']} (log: {err['path']})", err=True)

@@ -227,6 +227,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
     from tuner.algorithms import build_scheduler, build_searcher
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
+    from tuner.failures import ExperimentLock, FirstErrorAbort
     from tuner.resources import check_fits, trials_that_fit
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
@@ -243,7 +244,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
     started = time.monotonic()
     path.mkdir(parents=True, exist_ok=True)
-    with reporting.log_to_file(path / "tuner.log"), \
+    abort = FirstErrorAbort(spec.stop, spec.failure.abort_on_first_error)
+    with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         cluster = cluster_resources()
         if prepared.cluster is None:
@@ -276,9 +278,9 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             run_config=tune.RunConfig(
                 name=spec.name,
                 storage_path=str(path.parent),
-                stop=dict(spec.stop) if spec.stop else None,
+                stop=abort,
                 progress_reporter=reporting.build_reporter(spec),
-                callbacks=reporting.build_callbacks(spec),
+                callbacks=[*reporting.build_callbacks(spec), abort],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
@@ -288,7 +290,9 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         with _InterruptWatch() as watch:
             grid = tuner.fit()
         link_ray_logs(session_dir, path)
-    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted)
+    aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
+    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted,
+                             aborted_by=aborted)
     if echo:
         echo(best_line(spec, result))
     return result

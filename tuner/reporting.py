@@ -6,7 +6,8 @@
 * TensorBoard event files are written per trial by Ray's ``TBXLoggerCallback``
   (tensorboardX), beside the JSON and CSV logs that Ray's result analysis reads.
 * Ray's driver-side log lines go to ``<experiment>/tuner.log``; the console keeps
-  errors only. Trial stdout/stderr go to each trial's folder (``log_to_file``).
+  nothing of Ray's (tuner prints its own summary of errors). Trial stdout/stderr go to each
+  trial's folder (``log_to_file``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def build_reporter(spec: Spec) -> CLIReporter | None:
         metric_columns=columns,
         parameter_columns=sampled_params(spec),
         max_report_frequency=cli.max_report_frequency,
-        sort_by_metric=spec.metric is not None,
+        # Not sort_by_metric: Ray 2.60 then compares None with None and crashes when a
+        # TERMINATED trial never reported the metric (e.g. after a first-trial abort).
     )
 
 
@@ -90,7 +92,7 @@ class log_to_file:  # noqa: N801 - used as a context manager, like open()
             for h in log.handlers:
                 if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
                     self._saved.append((h, h.level))
-                    h.setLevel(logging.ERROR)
+                    h.setLevel(logging.CRITICAL)
         logging.getLogger("ray").addHandler(self._handler)
         return self
 

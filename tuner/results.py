@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ class TuneResult:
         return self.summary.get("trials", {}).get("by_status", {}).get("ERROR", 0)
 
     @property
+    def aborted(self) -> dict[str, str] | None:
+        """The first-trial error that stopped the experiment: ``trial_id``, ``traceback``, ``path``."""
+        return self.summary.get("aborted")
+
+    @property
     def interrupted(self) -> bool:
         """Whether the run was stopped by Ctrl-C (SIGINT) or SIGUSR1 before it ended."""
         return bool(self.summary.get("interrupted"))
@@ -100,13 +106,50 @@ def _statuses(grid: ResultGrid) -> list[str]:
     return ["ERROR" if r.error else "TERMINATED" for r in grid]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def user_traceback(error_file: Path, error: BaseException | None = None) -> str:
+    """The user's part of a trial's traceback, from Ray's ``error.txt``.
+
+    Keeps the frames outside Ray and ``tuner`` (with their source lines) and the final
+    exception, under a ``Traceback (most recent call last):`` header.
+
+    Args:
+        error_file: The trial's ``error.txt``.
+        error: The exception, used when the file is missing.
+
+    Returns:
+        The traceback text, or the exception's last line when no frame is the user's.
+    """
+    try:
+        text = _ANSI.sub("", error_file.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return _last_line(error) if error is not None else ""
+    lines = text.rstrip().splitlines()
+    frames, keep = [], False
+    for line in lines:
+        if line.startswith("  File "):
+            internal = "/site-packages/ray/" in line or f"{os.sep}tuner{os.sep}" in line
+            keep = not internal
+            if keep:
+                frames.append(line)
+        elif line.startswith("    ") and keep:
+            if line.strip() and set(line.strip()) - {"^", "~"}:
+                frames.append(line)
+    tail = [line for line in lines if line and not line.startswith(" ")][-1:]
+    if not frames:
+        return tail[0] if tail else ""
+    return "\n".join(["Traceback (most recent call last):", *frames, *tail])
+
+
 def _last_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[-1] if text else type(error).__name__
 
 
 def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.PathLike, wall_time_s: float,
-                    interrupted: bool = False) -> TuneResult:
+                    interrupted: bool = False, aborted_by: str | None = None) -> TuneResult:
     """Build the TuneResult and write ``summary.json``, ``best_config.yaml`` and ``results.csv``.
 
     Args:
@@ -115,6 +158,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         experiment_path: The experiment folder.
         wall_time_s: Wall time of the run, in seconds.
         interrupted: Whether the run was stopped by a signal before it ended.
+        aborted_by: The trial whose error stopped the experiment (first-trial abort).
 
     Returns:
         The TuneResult. The best trial is the best by the last reported value of
@@ -123,6 +167,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     path = Path(experiment_path)
     statuses = _statuses(grid)
     rows, errors = [], []
+    aborted = None
     for result, status in zip(grid, statuses):
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
@@ -132,6 +177,10 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         rows.append(row)
         if result.error is not None:
             errors.append({"trial_id": trial_id, "error": _last_line(result.error), "path": str(result.path)})
+        if aborted_by is not None and (trial_id == aborted_by or Path(result.path).name.endswith(aborted_by)):
+            aborted = {"trial_id": aborted_by, "traceback": user_traceback(Path(result.path) / "error.txt",
+                                                                           result.error),
+                       "path": str(result.path)}
     frame = pd.DataFrame(rows)
     if not frame.empty and spec.metric in frame.columns:
         frame = frame.sort_values(spec.metric, ascending=spec.mode == "min", na_position="last", kind="stable")
@@ -162,6 +211,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         "trials": {"total": len(statuses), "by_status": by_status},
         "errors": errors,
         "interrupted": interrupted,
+        "aborted": aborted,
         "wall_time_s": round(wall_time_s, 3),
     }
     path.mkdir(parents=True, exist_ok=True)

@@ -559,10 +559,14 @@ class Failure(_Model):
             marked ERROR (Ray Tune's ``FailureConfig.max_failures``; for a DDP trial also
             Ray Train's, which restarts the worker group).
         fail_fast: Stop the whole experiment at the first trial error.
+        abort_on_first_error: Stop the experiment at once, with the traceback, when the
+            very first trial fails before any trial has reported a result (a bug in the
+            train function), instead of running every trial into the same error.
     """
 
     max_failures: int = Field(default=0, ge=0)
     fail_fast: bool = False
+    abort_on_first_error: bool = True
 
 
 class CLIReporting(_Model):

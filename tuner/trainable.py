@@ -96,6 +96,7 @@ def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
         distributed=distributed,
         oom_param=spec.oom_backoff,
         extra_metrics=extra,
+        metric=spec.metric,
     )
 
 

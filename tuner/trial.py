@@ -31,6 +31,7 @@ else fp16 with a ``GradScaler``; metrics as plain numbers, never tensors.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -54,6 +55,7 @@ class TrialOptions:
         distributed: Whether this process is a Ray Train worker of a DDP trial.
         oom_param: The parameter halved on CUDA out-of-memory (``oom_backoff``).
         extra_metrics: Added to every report, e.g. ``{"batch_size_used": 32}``.
+        metric: The spec's metric; a NaN or inf value of it fails the trial.
     """
 
     amp: bool = False
@@ -62,6 +64,7 @@ class TrialOptions:
     distributed: bool = False
     oom_param: str | None = None
     extra_metrics: dict[str, Any] = field(default_factory=dict)
+    metric: str | None = None
 
 
 _options: TrialOptions | None = None
@@ -342,6 +345,7 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
     global _latest_checkpoint
     clean = {str(k): _scalar(k, v) for k, v in metrics.items()}
     clean.update(_opts().extra_metrics)
+    _check_finite(clean, _opts().metric)
     if _distributed():
         import ray.train
 
@@ -367,6 +371,19 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
             _latest_checkpoint = keep
         checkpoint = tune.Checkpoint.from_directory(os.fspath(checkpoint_dir))
     tune.report(clean, checkpoint=checkpoint)
+
+
+class NonFiniteMetricError(FloatingPointError):
+    """The tuned metric was NaN or inf: the trial is failed, never the best."""
+
+
+def _check_finite(metrics: Mapping[str, Any], name: str | None) -> None:
+    value = metrics.get(name) if name else None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NonFiniteMetricError(
+            f"metric {name!r} is {value}; a NaN or inf result fails the trial, so it is never the best "
+            "and never moves a scheduler's rung cutoffs (check the learning rate, or clip gradients)."
+        )
 
 
 def get_checkpoint() -> str | None:
