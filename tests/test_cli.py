@@ -204,7 +204,7 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert f"tuner: interrupted; the results so far are in {exp}." in err
+    assert f"tuner: interrupted; the state is saved. Resume with:\n  tuner resume {exp}\n" in err
     summary = json.loads((exp / "summary.json").read_text())
     assert summary["trials"]["total"] == 4
     assert summary["interrupted"] is True

@@ -190,3 +190,24 @@ def ddp_oom_until_small(config):
 def typo(config):
     """A train function with a bug: every trial fails on its first iteration."""
     return config["learning_rate"]  # the spec calls it lr
+
+
+def steady(config):
+    """Checkpoints every epoch and resumes; each epoch takes config['sleep'] seconds."""
+    import json
+    import os
+    import tempfile
+    import time
+
+    ckpt = trial.get_checkpoint()
+    start = 0
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            start = json.load(f)["epoch"] + 1
+    for epoch in range(start, int(config["epochs"])):
+        time.sleep(config.get("sleep", 0.3))
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"epoch": epoch}, f)
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
+                     checkpoint_dir=folder)

@@ -118,13 +118,21 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
     except (SpecError, ExperimentLocked) as err:  # checked once connected / once the folder is locked
         _bad_input(err)
     except KeyboardInterrupt:
-        click.echo("tuner: interrupted.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted(prepared.experiment_path)
+    _finish(result)
+
+
+def _interrupted(path) -> None:
+    click.echo(f"tuner: interrupted; the state is saved. Resume with:\n  tuner resume {path}", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _finish(result) -> None:
+    """Print the closing lines of a run and exit with its code."""
     click.echo(f"Results: {result.experiment_path} (summary.json, results.csv"
                f"{', best_config.yaml' if result.best_config is not None else ''})")
     if result.interrupted:
-        click.echo(f"tuner: interrupted; the results so far are in {result.experiment_path}.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted(result.experiment_path)
     if result.aborted:
         click.echo(f"tuner: the first trial, {result.aborted['trial_id']}, failed before any trial reported a "
                    "result, so the experiment stopped instead of running every trial into the same error "
@@ -137,6 +145,34 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
             click.echo(f"tuner: trial {err['trial_id']} errored: {err['error']} (log: {err['path']})", err=True)
         click.echo(f"tuner: {result.num_errors} of {result.summary['trials']['total']} trials errored.", err=True)
         sys.exit(EXIT_TRIALS_FAILED)
+
+
+@cli.command()
+@click.argument("experiment", metavar="EXPERIMENT_DIR", type=click.Path(file_okay=False))
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
+              help="The spec to resume with (default: its original file if it still exists, else the copy "
+                   "saved in the experiment). It must match the experiment's.")
+@click.option("--resume-errored", is_flag=True, help="Continue errored trials from their latest checkpoints.")
+@click.option("--restart-errored", is_flag=True, help="Start errored trials over from scratch.")
+@click.option("--num-cpus", type=float, default=None, help="CPUs of the local Ray (default: all).")
+@click.option("--num-gpus", type=float, default=None, help="GPUs of the local Ray (default: detected).")
+@click.option("--address", type=str, default=None, help="Connect to this Ray cluster instead of starting one.")
+def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num_gpus, address) -> None:
+    """Resume a stopped or crashed experiment (Ray Tune's Tuner.restore)."""
+    from tuner.engine import prepare_resume, resume_prepared
+    from tuner.failures import ExperimentLocked
+
+    if resume_errored and restart_errored:
+        _bad_input(click.UsageError("--resume-errored and --restart-errored exclude each other; choose one."))
+    try:
+        prepared = prepare_resume(experiment, spec=spec_path, num_cpus=num_cpus, num_gpus=num_gpus, address=address)
+        result = resume_prepared(prepared, resume_errored=resume_errored, restart_errored=restart_errored,
+                                 echo=click.echo)
+    except (SpecError, ExperimentLocked) as err:
+        _bad_input(err)
+    except KeyboardInterrupt:
+        _interrupted(experiment)
+    _finish(result)
 
 
 def main(argv: list[str] | None = None) -> None:

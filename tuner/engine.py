@@ -51,6 +51,7 @@ def prepare(
     num_cpus: float | None = None,
     num_gpus: float | None = None,
     address: str | None = None,
+    _resume: bool = False,
     **overrides: Any,
 ) -> Prepared:
     """Load the spec, import the train function and check resources and the folder.
@@ -90,7 +91,7 @@ def prepare(
     if cluster is not None:
         check_fits(spec, cluster)
     experiment_path = Path(spec.storage).expanduser().resolve() / spec.name
-    if experiment_path.exists() and any(experiment_path.iterdir()):
+    if not _resume and experiment_path.exists() and any(experiment_path.iterdir()):
         raise spec.error("name", f"the experiment folder {experiment_path} already exists; choose another "
                          "name (--name NAME) or remove that folder.")
     python_path = list(dict.fromkeys([os.getcwd(), *base_dirs]))
@@ -227,7 +228,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
     from tuner.algorithms import build_scheduler, build_searcher
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
-    from tuner.failures import ExperimentLock, FirstErrorAbort
+    from tuner.failures import ExperimentLock, FirstErrorAbort, StateSnapshots
     from tuner.resources import check_fits, trials_that_fit
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
@@ -244,6 +245,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
     started = time.monotonic()
     path.mkdir(parents=True, exist_ok=True)
+    save_run_record(prepared)
     abort = FirstErrorAbort(spec.stop, spec.failure.abort_on_first_error)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
@@ -280,7 +282,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 storage_path=str(path.parent),
                 stop=abort,
                 progress_reporter=reporting.build_reporter(spec),
-                callbacks=[*reporting.build_callbacks(spec), abort],
+                callbacks=[*reporting.build_callbacks(spec), abort, StateSnapshots(path)],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
@@ -293,6 +295,148 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted,
                              aborted_by=aborted)
+    if echo:
+        echo(best_line(spec, result))
+    return result
+
+
+RUN_RECORD = "tuner_run.json"
+SPEC_SNAPSHOT = "spec.yaml"
+_RESUME_FIXED = ("trainable", "metric", "mode", "param_space", "search", "scheduler", "resources", "stop",
+                 "amp", "oom_backoff", "min_batch_size", "seed")
+
+
+def save_run_record(prepared: Prepared) -> None:
+    """Write ``spec.yaml`` (the spec as run) and ``tuner_run.json`` into the experiment folder."""
+    import json
+
+    import yaml
+
+    spec = prepared.spec
+    path = prepared.experiment_path
+    snapshot = spec.model_dump(mode="json", exclude_unset=True)
+    _atomic_text(path / SPEC_SNAPSHOT, yaml.safe_dump(snapshot, sort_keys=False))
+    record = {
+        "spec_source": str(Path(spec.source).resolve()) if spec.source else None,
+        "python_path": prepared.python_path,
+        "trainable": spec.trainable,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    _atomic_text(path / RUN_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in dict.fromkeys([*old, *new]):
+            out += _changed_fields(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [prefix.rstrip(".")]
+
+
+def prepare_resume(
+    experiment_path: str | os.PathLike,
+    *,
+    spec: str | os.PathLike | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    address: str | None = None,
+) -> Prepared:
+    """Check that an experiment can be resumed; nothing is started or written.
+
+    The spec is the one saved in the experiment (``spec.yaml``), or ``spec`` when given
+    (else the original file, when it still exists). A spec whose search space,
+    searcher/scheduler, resources or budgets changed is refused, with the changed
+    fields named.
+
+    Raises:
+        SpecError: If the folder is not a tuner experiment, its state cannot be read,
+            or the spec changed in a way a resume cannot honour.
+    """
+    import json
+
+    from tuner.failures import check_state
+    from tuner.spec import SpecIssue, SpecError
+
+    path = Path(experiment_path).expanduser().resolve()
+    record_file = path / RUN_RECORD
+    if not record_file.is_file() or not (path / SPEC_SNAPSHOT).is_file():
+        raise SpecError([SpecIssue("", f"{path} is not a tuner experiment folder (no {RUN_RECORD} and "
+                                   f"{SPEC_SNAPSHOT}); give the folder `tuner run` created, e.g. runs/mnist-asha.")],
+                        str(path))
+    record = json.loads(record_file.read_text())
+    saved = load_spec(path / SPEC_SNAPSHOT)
+    source = spec or (record.get("spec_source") if record.get("spec_source") and
+                      Path(record["spec_source"]).is_file() else None)
+    current = load_spec(source) if source else saved
+    old, new = saved.model_dump(mode="json"), current.model_dump(mode="json")
+    changed = [f for key in _RESUME_FIXED for f in _changed_fields(old.get(key), new.get(key), key + ".")]
+    for key in ("num_samples", "time_budget_s"):
+        if old.get(key) != new.get(key):
+            # Ray Tune's Tuner.restore keeps the original TuneConfig, so a new budget
+            # would be silently ignored: refuse it rather than pretend.
+            changed.append(f"{key} ({old.get(key)} -> {new.get(key)}: budgets cannot change on resume yet)")
+    if changed:
+        raise SpecError([SpecIssue("", f"the spec changed since this experiment started, so it cannot be resumed: "
+                                   f"{', '.join(changed)}. Undo those changes, or start a new experiment "
+                                   "with `tuner run --name NEW`.")], str(source))
+    current = load_spec(current, name=path.name, storage=str(path.parent))
+    check_state(path)
+    prepared = prepare(current, num_cpus=num_cpus, num_gpus=num_gpus, address=address, _resume=True)
+    prepared.python_path = list(dict.fromkeys([*record.get("python_path", []), *prepared.python_path]))
+    return prepared
+
+
+def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart_errored: bool = False,
+                    echo: Callable[[str], None] | None = None):
+    """Resume a stopped experiment with ``Tuner.restore``; see :func:`prepare_resume`.
+
+    Finished trials stay as they are; unfinished ones continue from their latest
+    checkpoints; the searcher and scheduler state come back from the experiment
+    folder. ``resume_errored`` continues errored trials from their checkpoints,
+    ``restart_errored`` starts them over.
+
+    Returns:
+        tuner.results.TuneResult for the whole experiment.
+    """
+    from tuner import reporting
+
+    reporting.prepare_console()
+    from ray import tune
+
+    from tuner.cluster import link_ray_logs, ray_session
+    from tuner.failures import ExperimentLock, restore_state_snapshot
+    from tuner.results import best_line, collect_results
+    from tuner.space import to_ray_space
+    from tuner.trainable import build_trainable, driver_request
+
+    spec, path = prepared.spec, prepared.experiment_path
+    started = time.monotonic()
+    with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
+            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+        restored_from = restore_state_snapshot(path)
+        if echo:
+            echo(f"Resuming experiment {spec.name}: {path}")
+            if restored_from:
+                echo(f"tuner: the newest experiment state was unreadable; resumed from the snapshot {restored_from}")
+        tuner = tune.Tuner.restore(
+            str(path),
+            trainable=tune.with_resources(build_trainable(prepared.trainable, spec), driver_request(spec)),
+            resume_unfinished=True,
+            resume_errored=resume_errored,
+            restart_errored=restart_errored,
+            param_space=to_ray_space(spec),
+        )
+        with _InterruptWatch() as watch:
+            grid = tuner.fit()
+        link_ray_logs(session_dir, path)
+    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted)
     if echo:
         echo(best_line(spec, result))
     return result

@@ -10,6 +10,8 @@
   spec's ``stop`` criteria (metric >= threshold), which a Stopper replaces.
 * :class:`ExperimentLock`: an exclusive ``flock`` on ``<experiment>/.tuner.lock``, so a
   second ``tuner run`` or ``tuner resume`` of the same folder is refused while one runs.
+* :class:`StateSnapshots`, :func:`check_state`, :func:`restore_state_snapshot`: the
+  experiment state survives a driver killed mid-write; a resume never starts over.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any, Mapping
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
-__all__ = ["FirstErrorAbort", "ExperimentLock", "ExperimentLocked"]
+__all__ = ["FirstErrorAbort", "ExperimentLock", "ExperimentLocked", "StateSnapshots", "check_state",
+           "restore_state_snapshot"]
 
 
 class FirstErrorAbort(Callback, Stopper):
@@ -118,3 +121,114 @@ class ExperimentLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+# --------------------------------------------------------------------------- experiment state
+
+_STATE_GLOB = "experiment_state-*.json"
+_SNAPSHOT_DIR = ".tuner_state"
+
+
+def _newest_state(path: Path) -> Path | None:
+    files = sorted(path.glob(_STATE_GLOB))
+    return files[-1] if files else None
+
+
+def _readable(file: Path) -> bool:
+    import json
+
+    try:
+        json.loads(file.read_text(encoding="utf-8"))
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class StateSnapshots(Callback):
+    """Keep the last readable copy of Ray Tune's experiment state, written atomically.
+
+    Ray writes ``experiment_state-*.json`` in place (open, dump) and copies it into the
+    experiment folder, so a driver killed at the wrong moment can leave it truncated.
+    Every ``period_s`` seconds this callback copies the newest state file, when it
+    parses, to ``<experiment>/.tuner_state/`` by write-then-rename; a resume falls back
+    to that copy (:func:`restore_state_snapshot`) instead of starting over.
+
+    Args:
+        experiment_path: The experiment folder.
+        period_s: Seconds between two snapshots.
+    """
+
+    def __init__(self, experiment_path: str | os.PathLike, period_s: float = 2.0):
+        self.path = Path(experiment_path)
+        self.period_s = period_s
+        self._last = 0.0
+
+    def _snapshot(self) -> None:
+        newest = _newest_state(self.path)
+        if newest is None or not _readable(newest):
+            return
+        folder = self.path / _SNAPSHOT_DIR
+        folder.mkdir(exist_ok=True)
+        tmp = folder / (newest.name + ".tmp")
+        tmp.write_bytes(newest.read_bytes())
+        os.replace(tmp, folder / newest.name)
+        for old in folder.glob(_STATE_GLOB):
+            if old.name != newest.name:
+                old.unlink(missing_ok=True)
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self._last >= self.period_s:
+            self._last = now
+            self._snapshot()
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        self._snapshot()
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "period_s": self.period_s, "_last": 0.0}
+
+
+def check_state(experiment_path: str | os.PathLike) -> None:
+    """Refuse to resume an experiment whose state is unreadable and has no snapshot.
+
+    Raises:
+        SpecError: Naming the unreadable file; a resume never silently starts over.
+    """
+    from tuner.spec import SpecError, SpecIssue
+
+    path = Path(experiment_path)
+    newest = _newest_state(path)
+    snapshot = _newest_state(path / _SNAPSHOT_DIR)
+    if newest is None and snapshot is None:
+        raise SpecError([SpecIssue("", f"no experiment state ({_STATE_GLOB}) in {path}: the run stopped before "
+                                   "Ray Tune saved any; start it again with `tuner run`.")], str(path))
+    if newest is not None and not _readable(newest) and (snapshot is None or not _readable(snapshot)):
+        raise SpecError([SpecIssue("", f"the experiment state {newest.name} is truncated or unreadable and no "
+                                   "earlier snapshot exists, so resuming would start over; refusing. Keep the "
+                                   "results, and start a new experiment with `tuner run --name NEW`.")], str(path))
+
+
+def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
+    """Put the last good state snapshot in place when the newest state file is unreadable.
+
+    The unreadable file is renamed ``*.corrupt`` (kept for inspection).
+
+    Returns:
+        The snapshot's file name when it was restored, else None.
+    """
+    path = Path(experiment_path)
+    newest = _newest_state(path)
+    snapshot = _newest_state(path / _SNAPSHOT_DIR)
+    if newest is not None and _readable(newest):
+        return None
+    if snapshot is None or not _readable(snapshot):
+        return None
+    if newest is not None:
+        os.replace(newest, newest.with_name(newest.name + ".corrupt"))
+    tmp = path / (snapshot.name + ".tmp")
+    tmp.write_bytes(snapshot.read_bytes())
+    os.replace(tmp, path / snapshot.name)
+    return snapshot.name

@@ -30,14 +30,17 @@ _QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray.data")
 def prepare_console() -> None:
     """Select Ray's classic output (so the CLIReporter table shows) and quiet Ray.
 
-    Sets ``RAY_AIR_NEW_OUTPUT=0`` and ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1`` (the
-    loggers are passed explicitly by :func:`build_callbacks`) unless already set, and
-    turns off Ray's warning for the size of the search space snapshot.
+    Sets ``RAY_AIR_NEW_OUTPUT=0``, ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1`` (the
+    loggers are passed explicitly by :func:`build_callbacks`) and
+    ``TUNE_GLOBAL_CHECKPOINT_S=2`` unless already set.
     """
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # Save the experiment state at least every 2 s (Ray's "auto" waits longer), so a
+    # killed driver loses little and a resume does not rerun trials that had finished.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
 
 
 def build_reporter(spec: Spec) -> CLIReporter | None:

@@ -1,0 +1,123 @@
+"""Resume: real subprocesses and real signals, a truncated state, a changed spec."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+SPEC = """\
+name: steady
+trainable: tests.trainables:steady
+metric: loss
+mode: min
+num_samples: 6
+seed: 0
+param_space:
+  x: {type: uniform, low: 0, high: 1}
+  epochs: 6
+  sleep: 0.4
+resources: {cpu: 1}
+reporting: {cli: false}
+"""
+
+
+def start(*args):
+    return subprocess.Popen([sys.executable, "-m", "tuner", *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_progress(exp, min_lines, timeout=120):
+    """Wait until the trials' progress.csv files hold at least min_lines results in all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = sum(max(0, len(p.read_text().splitlines()) - 1) for p in exp.glob("*/progress.csv"))
+        if lines >= min_lines:
+            return lines
+        time.sleep(0.3)
+    raise AssertionError("no progress")
+
+
+@pytest.mark.slow
+def test_sigkill_the_driver_repeatedly_then_resume(tmp_path):
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(SPEC)
+    exp = tmp_path / "runs" / "steady"
+    proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    for kill in range(3):
+        wait_for_progress(exp, 4 + 8 * kill)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        time.sleep(1)
+        proc = start("resume", exp, "--num-cpus", "2")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    df = pd.read_csv(exp / "results.csv")
+    assert len(df) == 6 and df["trial_id"].is_unique, "every trial once"
+    assert set(df["status"]) == {"TERMINATED"}
+    assert (df["training_iteration"] == 6).all() and (df["epoch"] == 5).all()
+    for trial_dir in exp.glob("steady_*"):
+        iters = [json.loads(line)["training_iteration"] for line in (trial_dir / "result.json").read_text().splitlines()]
+        assert iters == sorted(iters), f"iterations never go backwards: {iters}"
+        epochs = [json.loads(line)["epoch"] for line in (trial_dir / "result.json").read_text().splitlines()]
+        assert max(epochs) == 5 and len(set(epochs)) == 6
+
+
+def test_resume_of_a_finished_experiment_reruns_nothing(tmp_path):
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
+                    .replace("sleep: 0.4", "sleep: 0"))
+    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    exp = tmp_path / "runs" / "steady"
+    before = {p.name: p.read_text() for p in exp.glob("*/result.json")}
+    proc = run_cli("resume", exp, "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_text() for p in exp.glob("*/result.json")} == before
+
+
+def test_resume_refuses_a_changed_spec(tmp_path):
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 1").replace("sleep: 0.4", "sleep: 0"))
+    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 1").replace("high: 1}", "high: 2}")
+                    .replace("epochs: 6", "epochs: 7"))
+    proc = run_cli("resume", tmp_path / "runs" / "steady", "--num-cpus", "2")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"tuner: error: {spec}: the spec changed since this experiment started, so it cannot be "
+                           "resumed: param_space.x.high, param_space.epochs, param_space.sleep. Undo those changes, or "
+                           "start a new experiment with `tuner run --name NEW`.\n")
+
+
+def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):
+    proc = run_cli("resume", tmp_path)
+    assert proc.returncode == 2
+    assert "is not a tuner experiment folder" in proc.stderr
+
+
+def test_truncated_state_falls_back_to_the_snapshot_or_fails_loudly(tmp_path):
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
+                    .replace("sleep: 0.4", "sleep: 0"))
+    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    exp = tmp_path / "runs" / "steady"
+    state = sorted(exp.glob("experiment_state-*.json"))[-1]
+    state.write_text(state.read_text()[:100])  # truncated mid-write
+    proc = run_cli("resume", exp, "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "the newest experiment state was unreadable; resumed from the snapshot" in proc.stdout
+    assert (exp / (state.name + ".corrupt")).exists()
+    # Without a snapshot, the resume is refused instead of starting over.
+    import shutil
+
+    shutil.rmtree(exp / ".tuner_state")
+    state = sorted(exp.glob("experiment_state-*.json"))[-1]
+    state.write_text("{\"trial_data\": [")
+    proc = run_cli("resume", exp, "--num-cpus", "2")
+    assert proc.returncode == 2
+    assert f"the experiment state {state.name} is truncated or unreadable and no earlier snapshot exists" in proc.stderr
