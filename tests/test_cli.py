@@ -236,3 +236,25 @@ def test_first_error_abort_can_be_turned_off(tmp_path):
     assert proc.returncode == 1
     summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
     assert summary["aborted"] is None and summary["trials"]["by_status"] == {"ERROR": 4}
+
+
+def test_whole_bad_spec_corpus_exits_2_without_ray(tmp_path):
+    """Every malformed spec: exit 2, the golden message, no traceback, Ray never imported, nothing written."""
+    code = (
+        "import sys\n"
+        "from tuner.cli import main\n"
+        "try:\n"
+        "    main(['validate', *sys.argv[1:]])\n"
+        "finally:\n"
+        "    print('RAY_IMPORTED' if 'ray' in sys.modules else 'NO_RAY', file=sys.stderr)\n"
+    )
+    import subprocess
+
+    for path in sorted((ROOT / "tests" / "bad_specs").glob("*.yaml")):
+        rel = path.relative_to(ROOT).as_posix()
+        proc = subprocess.run([sys.executable, "-c", code, rel, "--storage", str(tmp_path / "runs")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2, rel
+        expected = "tuner: error: " + path.with_suffix(".err").read_text()
+        assert proc.stderr == expected + "NO_RAY\n", rel
+        assert not (tmp_path / "runs").exists(), rel

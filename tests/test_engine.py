@@ -172,3 +172,26 @@ def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path
     with pytest.raises(SpecError, match=r"resources.cpu: one trial asks for 3 CPU, but the running Ray cluster has 2"):
         tune_model(base(tmp_path, resources={"cpu": 3}))
     assert not (tmp_path / "t").exists()
+
+
+def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path):
+    result = tune_model(base(tmp_path, trainable="tests.trainables:checkpointing", num_samples=1,
+                             param_space={"x": 0.5, "epochs": 6}, checkpoint={"frequency": 2, "num_to_keep": 2}))
+    trial_dir = next(p for p in (tmp_path / "t").iterdir() if p.name.startswith("checkpointing_"))
+    kept = sorted(p.name for p in trial_dir.glob("checkpoint_*"))
+    assert len(kept) == 2, kept
+    state = json.load(open(f"{result.best_checkpoint}/state.json"))
+    assert state["i"] == 5, "reports 2, 4, 6 kept a checkpoint; the newest is of i=5"
+
+
+def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_path):
+    """Synchronous Hyperband pauses trials at rungs; they resume from their checkpoints."""
+    result = tune_model(base(tmp_path, trainable="tests.trainables:steady", num_samples=6,
+                             param_space={"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 9, "sleep": 0},
+                             scheduler={"type": "hyperband", "max_t": 9, "reduction_factor": 3}))
+    df = result.dataframe
+    assert set(df["status"]) == {"TERMINATED"}
+    assert (df["start"] > 0).any(), "some trial was paused and resumed from its checkpoint"
+    for trial_dir in (tmp_path / "t").glob("steady_*"):
+        epochs = [json.loads(line)["epoch"] for line in (trial_dir / "result.json").read_text().splitlines()]
+        assert epochs == list(range(len(epochs))), f"no epoch repeated or skipped: {epochs}"

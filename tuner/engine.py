@@ -73,14 +73,15 @@ def prepare(
         SpecError: For any problem with the spec, the train function, the resources
             or the experiment folder.
     """
+    spec = load_spec(spec, **overrides)  # first: a bad spec fails before Ray is even imported
+    base_dirs = [str(Path(spec.source).resolve().parent)] if spec.source else []
+    fn = trainable if trainable is not None else resolve_trainable(spec, base_dirs)
+
     import ray
 
     from tuner.cluster import cluster_resources
     from tuner.resources import check_fits, local_resources
 
-    spec = load_spec(spec, **overrides)
-    base_dirs = [str(Path(spec.source).resolve().parent)] if spec.source else []
-    fn = trainable if trainable is not None else resolve_trainable(spec, base_dirs)
     if not callable(fn):
         raise TypeError(f"trainable must be a callable taking config, but got {type(fn).__name__}")
     cluster = None
@@ -287,6 +288,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
                                                   fail_fast=spec.failure.fail_fast),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep),
             ),
         )
         with _InterruptWatch() as watch:

@@ -569,6 +569,20 @@ class Failure(_Model):
     abort_on_first_error: bool = True
 
 
+class Checkpointing(_Model):
+    """How often trial checkpoints are kept, and how many.
+
+    Attributes:
+        frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
+            reports (iterations); the others are skipped.
+        num_to_keep: Checkpoints kept per trial (the newest); None keeps all
+            (Ray's ``CheckpointConfig.num_to_keep``).
+    """
+
+    frequency: int = Field(default=1, ge=1)
+    num_to_keep: int | None = Field(default=2, ge=1)
+
+
 class CLIReporting(_Model):
     """Ray's classic CLIReporter table.
 
@@ -626,6 +640,7 @@ class Spec(_Model):
     reporting: Reporting = Field(default_factory=Reporting)
     storage: str = "runs"
     failure: Failure = Field(default_factory=Failure)
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
     amp: bool = False
     oom_backoff: str | None = None
     min_batch_size: int = Field(default=1, ge=1)
@@ -1019,9 +1034,7 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, **overrides: Any) -> Spe
             raise SpecError([SpecIssue("", "the file holds NUL bytes (binary data); a spec is a YAML text file.",
                                        *_line_col(text, text.index("\x00")))], source)
         data, marks = parse_yaml(text, source)
-    if overrides:
-        if not isinstance(data, Mapping):
-            data = {}
+    if overrides and isinstance(data, Mapping):
         data = _deep_merge(data, overrides)
     return _validate(data, marks, source)
 

@@ -97,6 +97,7 @@ def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
         oom_param=spec.oom_backoff,
         extra_metrics=extra,
         metric=spec.metric,
+        checkpoint_frequency=spec.checkpoint.frequency,
     )
 
 
@@ -152,6 +153,7 @@ def _ddp_trial(fn: Callable, spec: Spec, config: dict) -> None:
                 storage_path=ctx.get_trial_dir(),
                 callbacks=[TuneReportCallback()],
                 failure_config=ray.train.FailureConfig(max_failures=spec.failure.max_failures),
+                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep),
             ),
         )
         try:

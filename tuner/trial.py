@@ -56,6 +56,7 @@ class TrialOptions:
         oom_param: The parameter halved on CUDA out-of-memory (``oom_backoff``).
         extra_metrics: Added to every report, e.g. ``{"batch_size_used": 32}``.
         metric: The spec's metric; a NaN or inf value of it fails the trial.
+        checkpoint_frequency: Keep a checkpoint every this many reports.
     """
 
     amp: bool = False
@@ -65,18 +66,20 @@ class TrialOptions:
     oom_param: str | None = None
     extra_metrics: dict[str, Any] = field(default_factory=dict)
     metric: str | None = None
+    checkpoint_frequency: int = 1
 
 
 _options: TrialOptions | None = None
 _latest_checkpoint: str | None = None  # kept for in-process restarts (OOM backoff)
 _scaler = None
+_reports = 0  # reports made by this process for this trial
 _LOCAL_REPORTS: list[dict[str, Any]] = []
 
 
 def _configure(options: TrialOptions | None) -> None:
     """Set this process's trial options (called by the engine before the train function)."""
-    global _options, _scaler, _latest_checkpoint
-    _options, _scaler, _latest_checkpoint = options, None, None
+    global _options, _scaler, _latest_checkpoint, _reports
+    _options, _scaler, _latest_checkpoint, _reports = options, None, None, 0
 
 
 def _opts() -> TrialOptions:
@@ -336,16 +339,20 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
             tensor or autograd graph is kept alive by a running sum).
         checkpoint_dir: Optional folder whose files form a checkpoint of this
             iteration. Ray copies it into the experiment's storage during the call;
-            the folder may be deleted afterwards. Ignored on ranks other than 0.
+            the folder may be deleted afterwards. Ignored on ranks other than 0, and
+            between the reports that ``checkpoint.frequency`` keeps.
 
     Raises:
         TypeError: If a metric value is a tensor with more than one element or
             another non-scalar type.
     """
-    global _latest_checkpoint
+    global _latest_checkpoint, _reports
     clean = {str(k): _scalar(k, v) for k, v in metrics.items()}
     clean.update(_opts().extra_metrics)
     _check_finite(clean, _opts().metric)
+    _reports += 1
+    if _reports % _opts().checkpoint_frequency:
+        checkpoint_dir = None  # checkpoint.frequency: keep every n-th
     if _distributed():
         import ray.train
 
