@@ -195,3 +195,17 @@ def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_pat
     for trial_dir in (tmp_path / "t").glob("steady_*"):
         epochs = [json.loads(line)["epoch"] for line in (trial_dir / "result.json").read_text().splitlines()]
         assert epochs == list(range(len(epochs))), f"no epoch repeated or skipped: {epochs}"
+
+
+def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, tmp_path):
+    import time
+
+    start = time.monotonic()
+    result = tune_model(base(tmp_path, trainable="tests.trainables:hangs_after_one_report", num_samples=4,
+                             trial_timeout_s=10))
+    assert time.monotonic() - start < 120, "the hung trials did not hold their slots for an hour"
+    df = result.dataframe
+    hung = df["config/x"] > 0.5
+    assert set(df.loc[hung, "status"]) == {"ERROR"} and set(df.loc[~hung, "status"]) == {"TERMINATED"}
+    assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
+                                     "trial_timeout_s=10 s and was ended") for e in result.summary["errors"])

@@ -211,3 +211,13 @@ def steady(config):
             json.dump({"epoch": epoch}, f)
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
                      checkpoint_dir=folder)
+
+
+def hangs_after_one_report(config):
+    """Reports once, then stops reporting (a hang)."""
+    import time
+
+    trial.report({"loss": config.get("x", 0.0)})
+    if config.get("x", 0.0) > 0.5:
+        time.sleep(3600)
+    trial.report({"loss": config.get("x", 0.0)})

@@ -263,7 +263,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             echo(f"Experiment {spec.name}: {path}")
             echo(f"TensorBoard: {reporting.tensorboard_hint(path)}")
         tuner = tune.Tuner(
-            tune.with_resources(build_trainable(fn, spec), driver_request(spec)),
+            tune.with_resources(build_trainable(fn, spec, path), driver_request(spec)),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
                 metric=spec.metric,
@@ -429,7 +429,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
                 echo(f"tuner: the newest experiment state was unreadable; resumed from the snapshot {restored_from}")
         tuner = tune.Tuner.restore(
             str(path),
-            trainable=tune.with_resources(build_trainable(prepared.trainable, spec), driver_request(spec)),
+            trainable=tune.with_resources(build_trainable(prepared.trainable, spec, path), driver_request(spec)),
             resume_unfinished=True,
             resume_errored=resume_errored,
             restart_errored=restart_errored,

@@ -63,7 +63,8 @@ class FirstErrorAbort(Callback, Stopper):
 
 
 # Errors that say something about a configuration or the machine, not a bug in the code.
-_NOT_BUGS = ("NonFiniteMetricError", "OutOfMemoryBackoffError", "OutOfMemoryError", "RayActorError",
+_NOT_BUGS = ("NonFiniteMetricError", "OutOfMemoryBackoffError", "OutOfMemoryError", "TrialTimeoutError",
+             "RayActorError",
              "ActorDiedError", "NodeDiedError", "WorkerCrashedError", "ActorUnavailableError")
 
 

@@ -176,7 +176,9 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         row.update(_user_metrics(metrics) if metrics else {})
         rows.append(row)
         if result.error is not None:
-            errors.append({"trial_id": trial_id, "error": _last_line(result.error), "path": str(result.path)})
+            marker = Path(result.path) / "trial_timeout.txt"  # written by a trial ended by trial_timeout_s
+            text = marker.read_text().strip() if marker.is_file() else _last_line(result.error)
+            errors.append({"trial_id": trial_id, "error": text, "path": str(result.path)})
         if aborted_by is not None and (trial_id == aborted_by or Path(result.path).name.endswith(aborted_by)):
             aborted = {"trial_id": aborted_by, "traceback": user_traceback(Path(result.path) / "error.txt",
                                                                            result.error),

@@ -641,6 +641,7 @@ class Spec(_Model):
     storage: str = "runs"
     failure: Failure = Field(default_factory=Failure)
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    trial_timeout_s: float | None = Field(default=None, gt=0)
     amp: bool = False
     oom_backoff: str | None = None
     min_batch_size: int = Field(default=1, ge=1)

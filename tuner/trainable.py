@@ -10,7 +10,8 @@
   on GPU, gloo on CPU. The trial's own actor only drives the run and asks for no CPU.
 
 Both catch CUDA out-of-memory when the spec sets ``oom_backoff``: free the cache, halve
-that parameter, and restart from the last checkpoint, down to ``min_batch_size``.
+that parameter, and restart from the last checkpoint, down to ``min_batch_size``; and
+both end a trial that runs longer than ``trial_timeout_s`` (hung or not).
 """
 
 from __future__ import annotations
@@ -18,19 +19,76 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import os
+import threading
 from typing import Any, Callable
 
 from tuner import trial
 from tuner.space import plain
 from tuner.spec import Spec
 
-__all__ = ["build_trainable", "driver_request", "OutOfMemoryBackoffError"]
+__all__ = ["build_trainable", "driver_request", "OutOfMemoryBackoffError", "TrialTimeoutError"]
 
 logger = logging.getLogger("tuner")
 
 
 class OutOfMemoryBackoffError(RuntimeError):
     """CUDA ran out of memory and the batch cannot be halved again."""
+
+
+class TrialTimeoutError(TimeoutError):
+    """The trial ran longer than ``trial_timeout_s``."""
+
+
+TIMEOUT_MARKER = "trial_timeout.txt"
+
+
+class _Watchdog:
+    """End the trial after ``timeout_s`` seconds of wall time, hung or not.
+
+    At the deadline a :class:`TrialTimeoutError` is raised in the thread that runs
+    the train function (``PyThreadState_SetAsyncExc``), so the trial ends as ERROR
+    with a clear message and Ray frees its resources. Code stuck in C that never
+    returns to Python gets ``grace_s`` more seconds, then the process exits.
+    """
+
+    def __init__(self, timeout_s: float | None, message: str = "", marker: str | None = None,
+                 grace_s: float = 10.0):
+        self.timeout_s, self.message, self._marker, self.grace_s = timeout_s, message, marker, grace_s
+        self._done = threading.Event()
+
+    def __enter__(self) -> "_Watchdog":
+        if self.timeout_s:
+            self._thread = threading.current_thread()
+            self._trial_id = _current_trial_id()
+            threading.Thread(target=self._watch, name="tuner-trial-timeout", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+
+    def _ours(self) -> bool:
+        """Whether our trial still runs here: an actor reused for another trial is left alone."""
+        return self._thread.is_alive() and _current_trial_id() == self._trial_id
+
+    def _watch(self) -> None:
+        if self._done.wait(self.timeout_s) or not self._ours():
+            return
+        import ctypes
+
+        logger.error("trial_timeout_s=%g s reached; ending the trial", self.timeout_s)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                   ctypes.py_object(TrialTimeoutError))
+        if not self._done.wait(self.grace_s) and self._ours():
+            # Stuck outside Python: leave the reason beside the trial's error, then end
+            # the process; Ray marks the trial ERROR and frees its resources.
+            try:
+                if self._marker:
+                    with open(self._marker, "w", encoding="utf-8") as f:
+                        f.write(f"tuner.trainable.TrialTimeoutError: {self.message}\n")
+            except OSError:
+                pass
+            os._exit(1)
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -101,8 +159,45 @@ def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
     )
 
 
-def _single_process_trial(fn: Callable, spec: Spec, config: dict) -> Any:
-    """Run the train function in this Tune trial, restarting it after a CUDA OOM."""
+def _timeout_message(spec: Spec) -> str:
+    return (f"the trial ran longer than trial_timeout_s={spec.trial_timeout_s:g} s and was ended; "
+            "raise trial_timeout_s, or look for a hang in the train function.") if spec.trial_timeout_s else ""
+
+
+def _timed_out(spec: Spec) -> TrialTimeoutError:
+    return TrialTimeoutError(_timeout_message(spec))
+
+
+def _current_trial_id() -> str | None:
+    if not trial.in_tune():
+        return None
+    try:
+        from ray import tune
+
+        return tune.get_context().get_trial_id()
+    except Exception:  # noqa: BLE001 - outside a trial
+        return None
+
+
+def _marker_path(fn: Callable, experiment_path: str) -> str | None:
+    """Where a timed-out trial leaves its reason: ``<experiment>/<trial dir>/trial_timeout.txt``."""
+    trial_id = _current_trial_id()
+    if trial_id is None:
+        return None
+    return os.path.join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{trial_id}", TIMEOUT_MARKER)
+
+
+def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> Any:
+    """Run the train function in this Tune trial, with a time limit and OOM back-off."""
+    try:
+        with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(fn, experiment_path)):
+            return _run_with_backoff(fn, spec, config)
+    except TrialTimeoutError as err:
+        raise _timed_out(spec) from err
+
+
+def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
+    """Run the train function, restarting it from its last checkpoint after a CUDA OOM."""
     config = plain(config)
     trial._configure(_options(spec, config, distributed=False))
     while True:
@@ -123,7 +218,16 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, config: dict) -> Any:
     return fn(config)
 
 
-def _ddp_trial(fn: Callable, spec: Spec, config: dict) -> None:
+def _ddp_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> None:
+    """Drive one DDP trial, with a time limit."""
+    try:
+        with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(fn, experiment_path)):
+            _drive_ddp(fn, spec, config)
+    except TrialTimeoutError as err:
+        raise _timed_out(spec) from err
+
+
+def _drive_ddp(fn: Callable, spec: Spec, config: dict) -> None:
     """Drive one DDP trial: a Ray Train TorchTrainer run named after the trial id."""
     import ray.train
     from ray import tune
@@ -165,19 +269,20 @@ def _ddp_trial(fn: Callable, spec: Spec, config: dict) -> None:
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
 
 
-def build_trainable(fn: Callable, spec: Spec) -> Callable[[dict], Any]:
+def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike) -> Callable[[dict], Any]:
     """Wrap a train function into the Tune function trainable for ``spec``.
 
     Args:
         fn: The user's train function, taking ``config``.
-        spec: The validated spec (resources, amp, oom_backoff).
+        spec: The validated spec (resources, amp, oom_backoff, trial_timeout_s).
+        experiment_path: The experiment folder (trial folders are ``<fn name>_<trial id>``).
 
     Returns:
         A function of ``config`` named like ``fn`` (so the table shows
         ``train_<trial id>``): a single-process trial, or the driver of a DDP trial.
     """
     entry = _ddp_trial if spec.resources.distributed else _single_process_trial
-    wrapped = functools.partial(entry, fn, spec)
+    wrapped = functools.partial(entry, fn, spec, os.fspath(experiment_path))
     name = getattr(fn, "__name__", "trial")
 
     def trainable(config):
