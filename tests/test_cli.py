@@ -258,3 +258,16 @@ def test_whole_bad_spec_corpus_exits_2_without_ray(tmp_path):
         expected = "tuner: error: " + path.with_suffix(".err").read_text()
         assert proc.stderr == expected + "NO_RAY\n", rel
         assert not (tmp_path / "runs").exists(), rel
+
+
+def test_secrets_in_the_environment_never_reach_files_or_console(tmp_path):
+    secret = "wandb-secret-value-7f3a9c"
+    spec = write(tmp_path)
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs",
+                   env={"WANDB_API_KEY": secret, "MY_TOKEN": secret})
+    assert proc.returncode == 0, proc.stderr
+    assert secret not in proc.stdout and secret not in proc.stderr
+    exp = tmp_path / "runs" / "toy"
+    for path in exp.rglob("*"):  # rglob does not follow the ray_logs link into Ray's own session logs
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
