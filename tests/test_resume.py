@@ -121,3 +121,29 @@ def test_truncated_state_falls_back_to_the_snapshot_or_fails_loudly(tmp_path):
     proc = run_cli("resume", exp, "--num-cpus", "2")
     assert proc.returncode == 2
     assert f"the experiment state {state.name} is truncated or unreadable and no earlier snapshot exists" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("search,scheduler", [("optuna", "asha"), ("bohb", "bohb"), ("grid", "fifo")])
+def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler):
+    """Ctrl-C mid-run, then resume: the searcher carries on to exactly num_samples trials."""
+    body = SPEC.replace("num_samples: 6", "num_samples: 6" if search != "grid" else "num_samples: 2")
+    if search == "grid":
+        body = body.replace("x: {type: uniform, low: 0, high: 1}", "x: {type: grid, values: [0.1, 0.5, 0.9]}")
+    body += f"search: {{algorithm: {search}}}\nscheduler: {{type: {scheduler}, max_t: 6}}\n" \
+        if scheduler != "fifo" else f"search: {{algorithm: {search}}}\n"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(body)
+    exp = tmp_path / "runs" / "steady"
+    proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    wait_for_progress(exp, 5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    done = run_cli("resume", exp, "--num-cpus", "2", timeout=300)
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(exp / "results.csv")
+    assert len(df) == 6 and df["trial_id"].is_unique
+    assert set(df["status"]) == {"TERMINATED"}
+    if search == "grid":
+        assert sorted(df["config/x"]) == [0.1, 0.1, 0.5, 0.5, 0.9, 0.9]
