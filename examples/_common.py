@@ -1,5 +1,12 @@
 """Shared code for the example train functions: threads, paths, checkpoints, epoch loop.
 
+The same code runs unchanged as a single process or as one rank of a DDP trial
+(``resources.workers`` in the spec): the model comes from ``trial.prepare_model``
+(device + ``DistributedDataParallel`` wrap), the training batches from
+``trial.prepare_data_loader`` (each rank trains on its shard of every epoch), every
+rank evaluates the full validation set (so the metrics rank 0 reports are those of
+the whole model), only rank 0 writes checkpoints, and every rank restores them.
+
 Only :mod:`tuner.trial` talks to Ray; nothing here imports ray.
 """
 
@@ -8,11 +15,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
+import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from tuner import trial
 
@@ -46,11 +56,24 @@ def resolve_dir(path: str | os.PathLike) -> str:
     return os.path.normpath(path)
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """Return the network inside a ``DistributedDataParallel`` (or ``DataParallel``)
+    wrapper, or ``model`` itself when it is not wrapped.
+
+    Checkpoints hold the unwrapped network's ``state_dict`` (keys without the
+    ``module.`` prefix), so they load the same into a single-process or a DDP trial.
+    """
+    return model.module if isinstance(model, (DistributedDataParallel, DataParallel)) else model
+
+
 def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int) -> str:
     """Write model and optimizer state to a fresh temporary folder.
 
+    Call it on the main process only (``trial.is_main_process()``): in a DDP trial the
+    ranks hold the same weights, and only rank 0's checkpoint is kept.
+
     Args:
-        model: The network.
+        model: The network, possibly DDP-wrapped (the unwrapped weights are saved).
         optimizer: Its optimizer (momentum buffers included).
         epoch: Number of epochs completed.
 
@@ -58,16 +81,19 @@ def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, epoch: i
         The folder holding ``checkpoint.pt``.
     """
     folder = tempfile.mkdtemp(prefix="tuner-example-ckpt-")
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+    state = {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
     torch.save(state, os.path.join(folder, CHECKPOINT_FILE))
     return folder
 
 
 def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore from the trial's latest checkpoint, if any.
+    """Restore from the trial's latest checkpoint, if any (on every rank).
+
+    Tensors are loaded straight onto ``trial.device()``. A checkpoint saved from a
+    DDP-wrapped model's own ``state_dict`` (keys prefixed ``module.``) loads too.
 
     Args:
-        model: The network, loaded in place.
+        model: The network, possibly DDP-wrapped; loaded in place.
         optimizer: Its optimizer, loaded in place.
 
     Returns:
@@ -76,59 +102,121 @@ def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     folder = trial.get_checkpoint()
     if not folder:
         return 0
-    state = torch.load(os.path.join(folder, CHECKPOINT_FILE), map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
+    state = torch.load(os.path.join(folder, CHECKPOINT_FILE), map_location=trial.device(), weights_only=True)
+    consume_prefix_in_state_dict_if_present(state["model"], "module.")
+    unwrap(model).load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return int(state["epoch"])
 
 
-def train_epoch(
-    model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, prep: Callable | None = None
-) -> float:
-    """Train for one epoch.
+def _sum_over_ranks(*values: torch.Tensor) -> list[float]:
+    """Sum scalar tensors over the ranks of a DDP trial (as is in a single process).
 
     Args:
-        model: Maps a batch of images (N, C, H, W) to logits (N, 10).
-        loader: Yields ``(images, labels)`` with labels int64 of shape (N,).
+        values: 0-d tensors on ``trial.device()``.
+
+    Returns:
+        The sums as Python floats, the same on every rank.
+    """
+    both = torch.stack([v.double() for v in values])
+    if trial.world_size() > 1 and dist.is_available() and dist.is_initialized():
+        dist.all_reduce(both, op=dist.ReduceOp.SUM)
+    return both.tolist()
+
+
+def train_epoch(
+    model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, prep: Callable | None = None
+) -> float:
+    """Train for one epoch (this rank's shard in a DDP trial).
+
+    The forward pass runs under ``trial.autocast()`` and the backward pass through
+    ``trial.scaler()``, so ``amp: true`` in the spec turns on mixed precision; without
+    it both are pass-throughs.
+
+    Args:
+        model: Maps a batch of images (N, C, H, W) to logits (N, 10); possibly DDP-wrapped.
+        loader: Yields ``(images, labels)`` already on ``trial.device()``, labels int64
+            of shape (N,) (see ``trial.prepare_data_loader``).
         optimizer: Optimizer over ``model``'s parameters.
         prep: Optional function applied to each image batch (e.g. uint8 -> float).
 
     Returns:
-        Mean cross-entropy per sample over the epoch.
+        Mean cross-entropy per sample over the epoch, over all ranks' samples.
     """
     model.train()
-    total, count = 0.0, 0
+    scaler = trial.scaler()
+    total = torch.zeros((), dtype=torch.float64, device=trial.device())  # summed on the device: no sync per step
+    count = 0
     for x, y in loader:
         x = prep(x) if prep else x
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        total += loss.item() * len(y)
+        with trial.autocast():
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        total += loss.detach().double() * len(y)
         count += len(y)
-    return total / max(count, 1)
+    total_sum, count_sum = _sum_over_ranks(total, torch.tensor(float(count), device=total.device))
+    return total_sum / max(count_sum, 1)
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DataLoader, prep: Callable | None = None) -> tuple[float, float]:
-    """Compute loss and accuracy without gradients.
+    """Compute loss and accuracy without gradients, on ``trial.device()``.
+
+    In a DDP trial every rank evaluates the whole ``loader`` with the unwrapped
+    network (no collective calls), so all ranks get the same numbers.
 
     Args:
-        model: Maps images (N, C, H, W) to logits (N, 10).
-        loader: Yields ``(images, labels)``.
+        model: Maps images (N, C, H, W) to logits (N, 10); possibly DDP-wrapped.
+        loader: Yields ``(images, labels)`` on any device; they are moved to
+            ``trial.device()``.
         prep: Optional function applied to each image batch.
 
     Returns:
         ``(mean cross-entropy per sample, accuracy in [0, 1])``.
     """
-    model.eval()
-    loss, correct, count = 0.0, 0, 0
+    net = unwrap(model)
+    net.eval()
+    target = trial.device()
+    non_blocking = getattr(loader, "pin_memory", False)
+    loss = torch.zeros((), dtype=torch.float64, device=target)
+    correct = torch.zeros((), dtype=torch.int64, device=target)
+    count = 0
     for x, y in loader:
-        logits = model(prep(x) if prep else x)
-        loss += nn.functional.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
+        x, y = x.to(target, non_blocking=non_blocking), y.to(target, non_blocking=non_blocking)
+        with trial.autocast():
+            logits = net(prep(x) if prep else x)
+        logits = logits.float()  # the loss in float32 under AMP too
+        loss += nn.functional.cross_entropy(logits, y, reduction="sum").double()
+        correct += (logits.argmax(1) == y).sum()
         count += len(y)
-    return loss / max(count, 1), correct / max(count, 1)
+    return loss.item() / max(count, 1), correct.item() / max(count, 1)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """Seed of the global RNG (shuffling, dropout) for ``epoch`` on this rank.
+
+    Rank 0 (and a single process) uses ``seed * 100_003 + epoch + 1``; other ranks
+    are offset so that their dropout masks differ.
+    """
+    return seed * 100_003 + epoch + 1 + 7_919 * trial.rank()
+
+
+def _start_sampler_at(loader, seed: int, epoch: int) -> None:
+    """Make a DDP loader's ``DistributedSampler`` shuffle from ``(seed, epoch)``.
+
+    A ``DistributedSampler`` ignores the global RNG: it shuffles from its own
+    ``seed + epoch``, with ``seed`` 0 and the epoch counted by the prepared loader from
+    0. Setting both keeps the config's ``seed`` meaningful and lets a resumed trial see
+    the same shards as an uninterrupted one. A no-op in a single process.
+    """
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, DistributedSampler):
+        sampler.seed = int(seed)
+        if hasattr(loader, "epoch"):  # the pass counter of trial.prepare_data_loader's loader
+            loader.epoch = epoch
 
 
 def fit(
@@ -146,31 +234,39 @@ def fit(
 
     Resumes after the epoch stored in ``trial.get_checkpoint()``. Each epoch reports
     ``val_loss``, ``val_accuracy``, ``train_loss`` and ``epoch`` (epochs completed)
-    with a checkpoint. The RNG (shuffling, dropout) is reseeded from ``(seed, epoch)``
-    at each epoch, so a resumed trial gives the same numbers as an uninterrupted one.
+    with a checkpoint (written by the main process only). The RNG (shuffling, dropout)
+    is reseeded from ``(seed, epoch)`` at each epoch, so a resumed trial gives the same
+    numbers as an uninterrupted one.
+
+    In a DDP trial each rank trains on its shard with ``batch_size // world_size``
+    samples a step (``batch_size`` stays the global batch), then every rank evaluates
+    the whole validation set and calls ``trial.report``.
 
     Args:
-        model: The network, already initialised.
+        model: The network, already initialised and passed through ``trial.prepare_model``.
         optimizer: Its optimizer.
         train_set: Training pairs ``(image, label)``.
         val_set: Validation pairs.
         epochs: Total number of epochs (the last reported ``epoch``).
-        batch_size: Training batch size.
+        batch_size: Training batch size (global, over all ranks).
         seed: Base seed of the per-epoch RNG.
         prep: Optional function applied to each image batch.
     """
     start = load_checkpoint(model, optimizer)
-    val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE)
+    train_loader = trial.prepare_data_loader(DataLoader(train_set, batch_size=batch_size, shuffle=True))
+    _start_sampler_at(train_loader, seed, start)
+    pin = trial.device().type == "cuda"
+    val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE, pin_memory=pin)
     for epoch in range(start, epochs):
-        torch.manual_seed(seed * 100_003 + epoch + 1)
-        train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+        torch.manual_seed(_epoch_seed(seed, epoch))
         train_loss = train_epoch(model, train_loader, optimizer, prep)
         val_loss, val_accuracy = evaluate(model, val_loader, prep)
-        folder = save_checkpoint(model, optimizer, epoch + 1)
+        folder = save_checkpoint(model, optimizer, epoch + 1) if trial.is_main_process() else None
         try:
             trial.report(
                 {"val_loss": val_loss, "val_accuracy": val_accuracy, "train_loss": train_loss, "epoch": epoch + 1},
                 checkpoint_dir=folder,
             )
         finally:  # Ray has copied the files by now
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)

@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from examples import _common
+from tuner import trial
 
 DEFAULTS: dict[str, Any] = {
     "l1": 120,
@@ -128,12 +129,14 @@ def train(config: dict[str, Any]) -> None:
 
     Each epoch reports ``val_loss``, ``val_accuracy``, ``train_loss`` and ``epoch``
     (epochs completed) with a checkpoint, and resumes from ``trial.get_checkpoint()``.
+    Runs unchanged as a single process or as one rank of a DDP trial (see
+    :func:`examples._common.fit`); ``amp: true`` in the spec turns on mixed precision.
 
     Args:
-        config: Any of ``l1``, ``l2``, ``lr``, ``momentum``, ``batch_size``, ``epochs``
-            (total, default 10), ``seed``, ``data_dir`` (see :func:`find_data`),
-            ``limit_train`` / ``limit_val`` (cap the number of samples). Missing keys
-            use :data:`DEFAULTS`.
+        config: Any of ``l1``, ``l2``, ``lr``, ``momentum``, ``batch_size`` (global over
+            all ranks), ``epochs`` (total, default 10), ``seed``, ``data_dir`` (see
+            :func:`find_data`), ``limit_train`` / ``limit_val`` (cap the number of
+            samples). Missing keys use :data:`DEFAULTS`.
 
     Raises:
         FileNotFoundError: If no CIFAR-10 folder is found.
@@ -143,7 +146,7 @@ def train(config: dict[str, Any]) -> None:
     x_tr, y_tr, x_val, y_val = load_data(cfg["data_dir"])
     n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
     torch.manual_seed(int(cfg["seed"]))
-    model = build_model(cfg["l1"], cfg["l2"])
+    model = trial.prepare_model(build_model(cfg["l1"], cfg["l2"]))  # on trial.device(), DDP-wrapped
     optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
     _common.fit(
         model,

@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from examples import _common
+from tuner import trial
 
 DEFAULTS: dict[str, Any] = {
     "lr": 0.02,
@@ -132,20 +133,22 @@ def train(config: dict[str, Any]) -> None:
 
     Each epoch reports ``val_loss``, ``val_accuracy``, ``train_loss`` and ``epoch``
     (epochs completed) with a checkpoint, and resumes from ``trial.get_checkpoint()``.
+    Runs unchanged as a single process or as one rank of a DDP trial (see
+    :func:`examples._common.fit`); ``amp: true`` in the spec turns on mixed precision.
 
     Args:
-        config: Any of ``lr``, ``momentum``, ``batch_size``, ``channels``, ``dropout``,
-            ``epochs`` (total, default 10), ``seed`` (weight init and shuffling),
-            ``data_dir`` (see :func:`data_files`), ``limit_train`` / ``limit_val``
-            (cap the number of samples, for quick tests). Missing keys use
-            :data:`DEFAULTS`.
+        config: Any of ``lr``, ``momentum``, ``batch_size`` (global over all ranks),
+            ``channels``, ``dropout``, ``epochs`` (total, default 10), ``seed``
+            (weight init and shuffling), ``data_dir`` (see :func:`data_files`),
+            ``limit_train`` / ``limit_val`` (cap the number of samples, for quick
+            tests). Missing keys use :data:`DEFAULTS`.
     """
     cfg = {**DEFAULTS, **config}
     _common.set_threads()
     x_tr, y_tr, x_val, y_val = load_data(cfg["data_dir"])
     n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
     torch.manual_seed(int(cfg["seed"]))
-    model = build_model(cfg["channels"], cfg["dropout"])
+    model = trial.prepare_model(build_model(cfg["channels"], cfg["dropout"]))  # on trial.device(), DDP-wrapped
     optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
     _common.fit(
         model,

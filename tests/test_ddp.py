@@ -136,3 +136,26 @@ def test_no_gpu_metrics_on_cpu():
     from tuner import trial
 
     assert trial._gpu_metrics() == {}
+
+
+@pytest.mark.slow
+def test_ddp_trials_stopped_by_asha_release_their_workers(tmp_path):
+    """ASHA stops DDP trials early; their worker groups' CPUs are freed, so later trials run."""
+    (tmp_path / "a.yaml").write_text("""\
+name: asha-ddp
+trainable: tests.trainables:steady
+metric: loss
+mode: min
+num_samples: 5
+seed: 3
+param_space: {x: {type: uniform, low: 0, high: 1}, epochs: 3, sleep: 0}
+scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 2}
+resources: {workers: 2, cpu_per_worker: 1}
+reporting: {cli: false}
+""")
+    proc = run_cli("run", tmp_path / "a.yaml", "--num-cpus", "2", "--storage", tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(tmp_path / "asha-ddp" / "results.csv")
+    assert len(df) == 5 and set(df["status"]) == {"TERMINATED"}
+    order = df.sort_values("trial_id")["training_iteration"].tolist()
+    assert any(it < 3 for it in order[:-1]), f"some trial before the last was stopped early: {order}"

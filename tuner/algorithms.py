@@ -36,12 +36,16 @@ from tuner.spec import Spec
 __all__ = ["build_searcher", "build_scheduler", "rungs", "describe_search"]
 
 
-def build_searcher(spec: Spec) -> Searcher | BasicVariantGenerator:
+def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | BasicVariantGenerator:
     """Build the Ray searcher for ``spec.search``.
 
     Args:
         spec: The validated spec. ``spec.seed`` seeds the sampler, so the same seed
             gives the same first configurations.
+        max_concurrent: Trials in flight at most. Ray applies ``TuneConfig``'s
+            ``max_concurrent_trials`` to a Searcher (with a ``ConcurrencyLimiter``) but
+            ignores it for a ``BasicVariantGenerator`` instance, so grid and random
+            searches get it here.
 
     Returns:
         A ``BasicVariantGenerator`` (grid, random), ``OptunaSearch`` or ``TuneBOHB``.
@@ -49,7 +53,8 @@ def build_searcher(spec: Spec) -> Searcher | BasicVariantGenerator:
     search = spec.search
     points = getattr(search, "points_to_evaluate", None)
     if search.algorithm in ("grid", "random"):
-        return BasicVariantGenerator(points_to_evaluate=points, random_state=spec.seed)
+        return BasicVariantGenerator(points_to_evaluate=points, random_state=spec.seed,
+                                     max_concurrent=max_concurrent or 0)
     if search.algorithm == "optuna":
         import optuna
         from optuna.samplers import TPESampler

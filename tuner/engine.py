@@ -249,7 +249,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     save_run_record(prepared)
     abort = FirstErrorAbort(spec.stop, spec.failure.abort_on_first_error)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
-            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address,
+                        dashboard=spec.resources.distributed) as session_dir:
         cluster = cluster_resources()
         if prepared.cluster is None:
             check_fits(spec, cluster)
@@ -262,20 +263,25 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         if echo:
             echo(f"Experiment {spec.name}: {path}")
             echo(f"TensorBoard: {reporting.tensorboard_hint(path)}")
+        searcher = build_searcher(spec, max_concurrent)
+        basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
             tune.with_resources(build_trainable(fn, spec, path), driver_request(spec)),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
                 metric=spec.metric,
                 mode=spec.mode,
-                search_alg=build_searcher(spec),
+                search_alg=searcher,
                 scheduler=build_scheduler(spec),
                 num_samples=spec.num_samples,
-                max_concurrent_trials=max_concurrent,
+                # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
+                max_concurrent_trials=None if basic else max_concurrent,
                 time_budget_s=spec.time_budget_s,
                 # Actor reuse: 0.25 s instead of 1.33 s a trivial trial here. TUNER_REUSE_ACTORS=0
                 # turns it off (benchmarks/trial_startup.py compares both).
-                reuse_actors=os.environ.get("TUNER_REUSE_ACTORS", "1") != "0",
+                # Not for DDP trials: Ray cannot reset a driver actor whose Train run was
+                # stopped ("reuse requires reset_config()"), and the next trial would hang.
+                reuse_actors=os.environ.get("TUNER_REUSE_ACTORS", "1") != "0" and not spec.resources.distributed,
                 trial_dirname_creator=lambda t: f"{t.trainable_name}_{t.trial_id}",
             ),
             run_config=tune.RunConfig(
@@ -421,7 +427,8 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     spec, path = prepared.spec, prepared.experiment_path
     started = time.monotonic()
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
-            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address,
+                        dashboard=spec.resources.distributed) as session_dir:
         restored_from = restore_state_snapshot(path)
         if echo:
             echo(f"Resuming experiment {spec.name}: {path}")
