@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DataParallel, DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from tuner import trial
 
@@ -204,21 +204,6 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return seed * 100_003 + epoch + 1 + 7_919 * trial.rank()
 
 
-def _start_sampler_at(loader, seed: int, epoch: int) -> None:
-    """Make a DDP loader's ``DistributedSampler`` shuffle from ``(seed, epoch)``.
-
-    A ``DistributedSampler`` ignores the global RNG: it shuffles from its own
-    ``seed + epoch``, with ``seed`` 0 and the epoch counted by the prepared loader from
-    0. Setting both keeps the config's ``seed`` meaningful and lets a resumed trial see
-    the same shards as an uninterrupted one. A no-op in a single process.
-    """
-    sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, DistributedSampler):
-        sampler.seed = int(seed)
-        if hasattr(loader, "epoch"):  # the pass counter of trial.prepare_data_loader's loader
-            loader.epoch = epoch
-
-
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -253,8 +238,9 @@ def fit(
         prep: Optional function applied to each image batch.
     """
     start = load_checkpoint(model, optimizer)
-    train_loader = trial.prepare_data_loader(DataLoader(train_set, batch_size=batch_size, shuffle=True))
-    _start_sampler_at(train_loader, seed, start)
+    # In DDP the DistributedSampler shuffles from (seed, epoch): the same shards after a resume.
+    train_loader = trial.prepare_data_loader(DataLoader(train_set, batch_size=batch_size, shuffle=True),
+                                             seed=seed, start_epoch=start)
     pin = trial.device().type == "cuda"
     val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE, pin_memory=pin)
     for epoch in range(start, epochs):

@@ -265,21 +265,19 @@ def test_resumed_ddp_loader_shuffles_like_an_uninterrupted_one():
     """The DistributedSampler shuffles from (config seed, epoch), also after a resume."""
     data = TensorDataset(torch.arange(32), torch.arange(32))
 
-    def loader():
-        # What trial.prepare_data_loader builds for rank 0 of 2.
-        dl = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, num_replicas=2, rank=0, shuffle=True))
-        return trial._DeviceLoader(dl, torch.device("cpu"), non_blocking=False)
+    def loader(seed, start_epoch):
+        # What trial.prepare_data_loader(..., seed=, start_epoch=) builds for rank 0 of 2.
+        sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=seed)
+        dl = DataLoader(data, batch_size=4, sampler=sampler)
+        return trial._DeviceLoader(dl, torch.device("cpu"), non_blocking=False, start_epoch=start_epoch)
 
     def order(dl):
         return [int(v) for x, _ in dl for v in x]
 
-    fresh = loader()
-    _common._start_sampler_at(fresh, seed=3, epoch=0)
+    fresh = loader(seed=3, start_epoch=0)
     epochs = [order(fresh) for _ in range(3)]
     assert epochs[0] != epochs[1] != epochs[2], "a new shuffle each epoch"
-    resumed = loader()
-    _common._start_sampler_at(resumed, seed=3, epoch=1)
+    resumed = loader(seed=3, start_epoch=1)
     assert [order(resumed) for _ in range(2)] == epochs[1:]
-    other_seed = loader()
-    _common._start_sampler_at(other_seed, seed=4, epoch=0)
+    other_seed = loader(seed=4, start_epoch=0)
     assert order(other_seed) != epochs[0], "the config seed changes the shuffle"

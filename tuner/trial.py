@@ -189,9 +189,9 @@ def default_num_workers() -> int:
 class _DeviceLoader:
     """Iterates a DataLoader, moving batches to the device and advancing the sampler's epoch."""
 
-    def __init__(self, loader, target, non_blocking: bool):
+    def __init__(self, loader, target, non_blocking: bool, start_epoch: int = 0):
         self.loader, self.device, self.non_blocking = loader, target, non_blocking
-        self.epoch = 0
+        self.epoch = start_epoch
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -217,7 +217,8 @@ class _DeviceLoader:
             yield self._move(batch)
 
 
-def prepare_data_loader(loader, *, num_workers: int | None = None, pin_memory: bool | None = None):
+def prepare_data_loader(loader, *, seed: int = 0, start_epoch: int = 0, num_workers: int | None = None,
+                        pin_memory: bool | None = None):
     """Rebuild a DataLoader for this trial: sampler, per-worker batch, workers, pinning.
 
     * In a DDP trial the global batch is split: each worker loads
@@ -231,6 +232,9 @@ def prepare_data_loader(loader, *, num_workers: int | None = None, pin_memory: b
     Args:
         loader: A ``torch.utils.data.DataLoader`` with a map-style dataset and a
             ``batch_size`` (the global batch of the trial).
+        seed: Seed of the ``DistributedSampler``'s shuffle (the same on every rank).
+        start_epoch: The epoch the first pass is, e.g. the epoch a resumed trial starts
+            at, so that it sees the same shards as an uninterrupted one.
         num_workers: Loader worker processes; overrides the default.
         pin_memory: Page-locked host memory; overrides the default.
 
@@ -249,7 +253,7 @@ def prepare_data_loader(loader, *, num_workers: int | None = None, pin_memory: b
     sampler = loader.sampler
     if ws > 1:
         shuffle = not isinstance(loader.sampler, SequentialSampler)
-        sampler = DistributedSampler(loader.dataset, num_replicas=ws, rank=rank(), shuffle=shuffle)
+        sampler = DistributedSampler(loader.dataset, num_replicas=ws, rank=rank(), shuffle=shuffle, seed=seed)
     workers = num_workers if num_workers is not None else (loader.num_workers or default_num_workers())
     pin = pin_memory if pin_memory is not None else (loader.pin_memory or target.type == "cuda")
     rebuilt = DataLoader(
@@ -265,7 +269,7 @@ def prepare_data_loader(loader, *, num_workers: int | None = None, pin_memory: b
         generator=loader.generator,
         persistent_workers=workers > 0,
     )
-    return _DeviceLoader(rebuilt, target, non_blocking=pin)
+    return _DeviceLoader(rebuilt, target, non_blocking=pin, start_epoch=start_epoch)
 
 
 def _amp_dtype():
