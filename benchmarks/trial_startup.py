@@ -60,6 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per configuration; the median is kept")
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--output", type=Path, default=None, help="Markdown file to append the table to")
+    parser.add_argument("--skip-ddp", action="store_true", help="single-process trials only (a quick check)")
     args = parser.parse_args(argv)
 
     import ray
@@ -74,6 +75,8 @@ def main(argv=None) -> None:
         ("DDP, 1 worker x 1 CPU (gloo)", {"workers": 1, "cpu_per_worker": 1}, True),
         ("DDP, 2 workers x 1 CPU (gloo)", {"workers": 2, "cpu_per_worker": 1}, True),
     ]
+    if args.skip_ddp:
+        configs = [c for c in configs if "workers" not in c[1]]
     rows = []
     with tempfile.TemporaryDirectory() as storage:
         for i, (label, resources, reuse) in enumerate(configs):
