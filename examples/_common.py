@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DataParallel, DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from tuner import trial
 
@@ -256,3 +256,31 @@ def fit(
         finally:  # Ray has copied the files by now
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_classifier(cfg: dict, data: tuple, build: Callable[[], nn.Module], prep: Callable | None = None) -> None:
+    """The body of an example train function: seed, build, prepare, then :func:`fit`.
+
+    Args:
+        cfg: The trial config merged with the example's defaults (``lr``, ``momentum``,
+            ``batch_size``, ``epochs``, ``seed``, ``limit_train``, ``limit_val``).
+        data: ``(x_train, y_train, x_val, y_val)`` tensors.
+        build: Builds the network; called after seeding, so the weights depend on
+            ``seed`` only.
+        prep: Optional function applied to each image batch.
+    """
+    x_tr, y_tr, x_val, y_val = data
+    n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
+    torch.manual_seed(int(cfg["seed"]))
+    model = trial.prepare_model(build())  # on trial.device(), DDP-wrapped in a DDP trial
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
+    fit(
+        model,
+        optimizer,
+        TensorDataset(x_tr[:n_tr], y_tr[:n_tr]),
+        TensorDataset(x_val[:n_val], y_val[:n_val]),
+        epochs=int(cfg["epochs"]),
+        batch_size=int(cfg["batch_size"]),
+        seed=int(cfg["seed"]),
+        prep=prep,
+    )

@@ -17,10 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
 
 from examples import _common
-from tuner import trial
 
 DEFAULTS: dict[str, Any] = {
     "l1": 120,
@@ -143,21 +141,7 @@ def train(config: dict[str, Any]) -> None:
     """
     cfg = {**DEFAULTS, **config}
     _common.set_threads()
-    x_tr, y_tr, x_val, y_val = load_data(cfg["data_dir"])
-    n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
-    torch.manual_seed(int(cfg["seed"]))
-    model = trial.prepare_model(build_model(cfg["l1"], cfg["l2"]))  # on trial.device(), DDP-wrapped
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
-    _common.fit(
-        model,
-        optimizer,
-        TensorDataset(x_tr[:n_tr], y_tr[:n_tr]),
-        TensorDataset(x_val[:n_val], y_val[:n_val]),
-        epochs=int(cfg["epochs"]),
-        batch_size=int(cfg["batch_size"]),
-        seed=int(cfg["seed"]),
-        prep=to_float,
-    )
+    _common.run_classifier(cfg, load_data(cfg["data_dir"]), lambda: build_model(cfg["l1"], cfg["l2"]), prep=to_float)
 
 
 def make_fake_cifar(root: str | os.PathLike, n_per_batch: int = 20, seed: int = 0) -> str:

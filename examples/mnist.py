@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
 
 from examples import _common
-from tuner import trial
 
 DEFAULTS: dict[str, Any] = {
     "lr": 0.02,
@@ -145,17 +143,4 @@ def train(config: dict[str, Any]) -> None:
     """
     cfg = {**DEFAULTS, **config}
     _common.set_threads()
-    x_tr, y_tr, x_val, y_val = load_data(cfg["data_dir"])
-    n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
-    torch.manual_seed(int(cfg["seed"]))
-    model = trial.prepare_model(build_model(cfg["channels"], cfg["dropout"]))  # on trial.device(), DDP-wrapped
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
-    _common.fit(
-        model,
-        optimizer,
-        TensorDataset(x_tr[:n_tr], y_tr[:n_tr]),
-        TensorDataset(x_val[:n_val], y_val[:n_val]),
-        epochs=int(cfg["epochs"]),
-        batch_size=int(cfg["batch_size"]),
-        seed=int(cfg["seed"]),
-    )
+    _common.run_classifier(cfg, load_data(cfg["data_dir"]), lambda: build_model(cfg["channels"], cfg["dropout"]))

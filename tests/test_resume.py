@@ -1,7 +1,6 @@
 """Resume: real subprocesses and real signals, a truncated state, a changed spec."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

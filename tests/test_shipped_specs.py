@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
