@@ -43,10 +43,7 @@ def ray_session(
             train function (workers unpickle it by its module name); they are given
             to the workers through ``PYTHONPATH`` in the job's ``runtime_env``.
         address: A running cluster to connect to instead of starting one.
-        dashboard: Start Ray's dashboard, bound to 127.0.0.1 only. DDP trials need it:
-            Ray Train's placement-group cleaner asks the State API (served by the
-            dashboard) whether a stopped trial's controller is gone, and without it the
-            trial's workers' CPUs/GPUs stay reserved forever.
+        dashboard: Start Ray's dashboard, bound to 127.0.0.1 only (off by default).
 
     Yields:
         Ray's session folder when this call started Ray, else None.

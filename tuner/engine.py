@@ -229,7 +229,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
     from tuner.algorithms import build_scheduler, build_searcher
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
-    from tuner.failures import ExperimentLock, FirstErrorAbort, StateSnapshots
+    from tuner.failures import ExperimentLock, FirstErrorAbort, PlacementGroupReleaser, StateSnapshots
     from tuner.resources import check_fits, trials_that_fit
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
@@ -249,8 +249,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     save_run_record(prepared)
     abort = FirstErrorAbort(spec.stop, spec.failure.abort_on_first_error)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
-            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address,
-                        dashboard=spec.resources.distributed) as session_dir:
+            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         cluster = cluster_resources()
         if prepared.cluster is None:
             check_fits(spec, cluster)
@@ -289,7 +288,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 storage_path=str(path.parent),
                 stop=abort,
                 progress_reporter=reporting.build_reporter(spec),
-                callbacks=[*reporting.build_callbacks(spec), abort, StateSnapshots(path)],
+                callbacks=[*reporting.build_callbacks(spec), abort, StateSnapshots(path), PlacementGroupReleaser(path)],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
@@ -427,8 +426,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     spec, path = prepared.spec, prepared.experiment_path
     started = time.monotonic()
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
-            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address,
-                        dashboard=spec.resources.distributed) as session_dir:
+            ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         restored_from = restore_state_snapshot(path)
         if echo:
             echo(f"Resuming experiment {spec.name}: {path}")

@@ -25,7 +25,7 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 __all__ = ["FirstErrorAbort", "ExperimentLock", "ExperimentLocked", "StateSnapshots", "check_state",
-           "restore_state_snapshot"]
+           "restore_state_snapshot", "PlacementGroupReleaser"]
 
 
 class FirstErrorAbort(Callback, Stopper):
@@ -79,6 +79,35 @@ def _is_user_bug(trial) -> bool:
     except OSError:
         text = ""
     return not any(name in text for name in _NOT_BUGS)
+
+
+class PlacementGroupReleaser(Callback):
+    """Free a DDP trial's worker resources when the trial ends, however it ends.
+
+    When Tune stops a DDP trial early (ASHA, ``stop``, an error), its driver actor is
+    killed, and the placement group that Ray Train's controller made for the workers
+    outlives it. Ray Train's own cleaner asks the State API (the dashboard) and gives up
+    when several Ray instances run on the machine, so the CPUs/GPUs would stay reserved
+    and the next trials wait forever. Rank 0 records the group's id in the trial folder;
+    this callback, in the tuner process, removes it at the end of the trial.
+
+    Args:
+        experiment_path: The experiment folder.
+    """
+
+    def __init__(self, experiment_path: str | os.PathLike):
+        self.path = Path(experiment_path)
+
+    def _release(self, trial) -> None:
+        from tuner.trainable import release_placement_groups
+
+        release_placement_groups(self.path / trial.storage.trial_dir_name)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        self._release(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        self._release(trial)
 
 
 class ExperimentLocked(RuntimeError):

@@ -212,22 +212,63 @@ def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
             trial._latest_checkpoint = latest
 
 
-def _ddp_worker(fn: Callable, options: trial.TrialOptions, config: dict) -> Any:
-    """The per-worker entry of a DDP trial (``train_loop_per_worker``)."""
+PG_FILE = ".train_placement_group"
+
+
+def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, config: dict) -> Any:
+    """The per-worker entry of a DDP trial (``train_loop_per_worker``).
+
+    Rank 0 records the id of the placement group that holds the trial's workers in the
+    trial folder, so that :class:`PlacementGroupReleaser` can free it if Tune stops the
+    trial (see there).
+    """
     trial._configure(options)
+    if trial.rank() == 0:
+        import ray
+
+        pg = ray.util.get_current_placement_group()
+        if pg is not None:
+            try:
+                with open(os.path.join(trial_dir, PG_FILE), "a", encoding="utf-8") as f:
+                    f.write(pg.id.hex() + "\n")
+            except OSError:
+                pass
     return fn(config)
+
+
+def release_placement_groups(trial_dir: str | os.PathLike) -> int:
+    """Remove the placement groups a DDP trial recorded; returns how many were removed."""
+    import ray
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    path = os.path.join(os.fspath(trial_dir), PG_FILE)
+    try:
+        ids = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
+    except OSError:
+        return 0
+    table = ray.util.placement_group_table()
+    removed = 0
+    for pg_id in ids:
+        if table.get(pg_id, {}).get("state") in ("CREATED", "PENDING", "RESCHEDULING"):
+            try:
+                remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+                removed += 1
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+    return removed
 
 
 def _ddp_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> None:
     """Drive one DDP trial, with a time limit."""
     try:
         with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(fn, experiment_path)):
-            _drive_ddp(fn, spec, config)
+            _drive_ddp(fn, spec, experiment_path, config)
     except TrialTimeoutError as err:
         raise _timed_out(spec) from err
 
 
-def _drive_ddp(fn: Callable, spec: Spec, config: dict) -> None:
+def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> None:
     """Drive one DDP trial: a Ray Train TorchTrainer run named after the trial id."""
     import ray.train
     from ray import tune
@@ -237,13 +278,16 @@ def _drive_ddp(fn: Callable, spec: Spec, config: dict) -> None:
     res = spec.resources
     use_gpu = res.gpu_per_worker > 0
     ctx = tune.get_context()
+    # The trial's folder in the experiment (not the session's working dir), so the Train
+    # run's checkpoints live with the experiment and survive the Ray session.
+    trial_dir = os.path.join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{ctx.get_trial_id()}")
     config = plain(config)
     while True:
         per_worker = {"CPU": float(res.cpu_per_worker)}
         if use_gpu:
             per_worker["GPU"] = float(res.gpu_per_worker)
         trainer = TorchTrainer(
-            functools.partial(_ddp_worker, fn, _options(spec, config, distributed=True)),
+            functools.partial(_ddp_worker, fn, _options(spec, config, distributed=True), trial_dir),
             train_loop_config=config,
             scaling_config=ray.train.ScalingConfig(
                 num_workers=res.workers,
@@ -254,7 +298,7 @@ def _drive_ddp(fn: Callable, spec: Spec, config: dict) -> None:
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
             run_config=ray.train.RunConfig(
                 name=ctx.get_trial_id(),
-                storage_path=ctx.get_trial_dir(),
+                storage_path=trial_dir,
                 callbacks=[TuneReportCallback()],
                 failure_config=ray.train.FailureConfig(max_failures=spec.failure.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep),
