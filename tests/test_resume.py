@@ -123,7 +123,7 @@ def test_truncated_state_falls_back_to_the_snapshot_or_fails_loudly(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("search,scheduler", [("optuna", "asha"), ("bohb", "bohb"), ("grid", "fifo")])
+@pytest.mark.parametrize("search,scheduler", [("optuna", "asha"), ("bohb", "bohb")])
 def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler):
     """Ctrl-C mid-run, then resume: the searcher carries on to exactly num_samples trials."""
     body = SPEC.replace("num_samples: 6", "num_samples: 6" if search != "grid" else "num_samples: 2")
