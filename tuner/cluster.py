@@ -32,7 +32,6 @@ def ray_session(
     num_gpus: float | None = None,
     python_path: list[str] | None = None,
     address: str | None = None,
-    dashboard: bool = False,
 ) -> Iterator[str | None]:
     """Use the running Ray, or start an embedded local one for the duration.
 
@@ -43,7 +42,6 @@ def ray_session(
             train function (workers unpickle it by its module name); they are given
             to the workers through ``PYTHONPATH`` in the job's ``runtime_env``.
         address: A running cluster to connect to instead of starting one.
-        dashboard: Start Ray's dashboard, bound to 127.0.0.1 only (off by default).
 
     Yields:
         Ray's session folder when this call started Ray, else None.
@@ -59,8 +57,7 @@ def ray_session(
         address=address,
         num_cpus=num_cpus,
         num_gpus=num_gpus,
-        include_dashboard=dashboard if address is None else None,
-        dashboard_host="127.0.0.1",
+        include_dashboard=False if address is None else None,
         log_to_driver=False,
         logging_level=logging.WARNING,
         runtime_env={"env_vars": env} if env else None,
