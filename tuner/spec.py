@@ -149,6 +149,20 @@ def _check_multiple(name: str, value: float, q: float) -> None:
 class _Dist(_Model):
     """Common base of the distributions: the same names and meanings as Ray Tune's."""
 
+    @model_validator(mode="after")
+    def _range(self):
+        """Ranges: ``low < high``; quantized ones: ``low`` and ``high`` multiples of ``q``."""
+        low, high = getattr(self, "low", None), getattr(self, "high", None)
+        if low is None or high is None:
+            return self
+        if not low < high:
+            raise _fail("low", f"`low < high` must hold, but got (low={low}, high={high}).")
+        q = getattr(self, "q", None)
+        if q is not None:
+            _check_multiple("low", low, q)
+            _check_multiple("high", high, q)
+        return self
+
     @property
     def is_numeric_range(self) -> bool:
         """Whether the distribution is a numeric range (enumerated by ``grid_points``)."""
@@ -159,12 +173,6 @@ class _Range(_Dist):
     low: float
     high: float
     grid_points: int | None = Field(default=None, ge=2)
-
-    @model_validator(mode="after")
-    def _bounds(self):
-        if not self.low < self.high:
-            raise _fail("low", f"`low < high` must hold, but got (low={self.low}, high={self.high}).")
-        return self
 
 
 class Uniform(_Range):
@@ -178,12 +186,6 @@ class QUniform(_Range):
 
     type: Literal["quniform"]
     q: float = Field(gt=0)
-
-    @model_validator(mode="after")
-    def _q(self):
-        _check_multiple("low", self.low, self.q)
-        _check_multiple("high", self.high, self.q)
-        return self
 
 
 class LogUniform(_Range):
@@ -209,12 +211,6 @@ class QLogUniform(LogUniform):
     type: Literal["qloguniform"]  # type: ignore[assignment]
     q: float = Field(gt=0)
 
-    @model_validator(mode="after")
-    def _q(self):
-        _check_multiple("low", self.low, self.q)
-        _check_multiple("high", self.high, self.q)
-        return self
-
 
 class RandN(_Dist):
     """Float from a normal distribution, unbounded; ``tune.randn``."""
@@ -236,12 +232,6 @@ class _IntRange(_Dist):
     high: int
     grid_points: int | None = Field(default=None, ge=2)
 
-    @model_validator(mode="after")
-    def _bounds(self):
-        if not self.low < self.high:
-            raise _fail("low", f"`low < high` must hold, but got (low={self.low}, high={self.high}).")
-        return self
-
 
 class RandInt(_IntRange):
     """Integer uniformly in ``[low, high)`` (high exclusive); ``tune.randint``."""
@@ -254,12 +244,6 @@ class QRandInt(_IntRange):
 
     type: Literal["qrandint"]
     q: int = Field(default=1, ge=1)
-
-    @model_validator(mode="after")
-    def _q(self):
-        _check_multiple("low", self.low, self.q)
-        _check_multiple("high", self.high, self.q)
-        return self
 
 
 class LogRandInt(_IntRange):
@@ -280,12 +264,6 @@ class QLogRandInt(LogRandInt):
 
     type: Literal["qlograndint"]  # type: ignore[assignment]
     q: int = Field(default=1, ge=1)
-
-    @model_validator(mode="after")
-    def _q(self):
-        _check_multiple("low", self.low, self.q)
-        _check_multiple("high", self.high, self.q)
-        return self
 
 
 class _Values(_Dist):
