@@ -1,10 +1,32 @@
 """Tiny train functions for the integration tests (importable by Ray workers as tests.trainables)."""
 
+import json
 import math
+import os
+import tempfile
 
 import numpy as np
 
 from tuner import trial
+
+
+def _start_epoch() -> int:
+    """The epoch after the one in the trial's latest checkpoint (0 without a checkpoint)."""
+    ckpt = trial.get_checkpoint()
+    if not ckpt:
+        return 0
+    with open(os.path.join(ckpt, "state.json")) as f:
+        return json.load(f)["epoch"] + 1
+
+
+def _epoch_checkpoint(epoch: int):
+    """A checkpoint folder holding ``epoch``, written by the main process only (None elsewhere)."""
+    if not trial.is_main_process():
+        return None
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump({"epoch": epoch}, f)
+    return folder
 
 
 def quadratic(config):
@@ -76,17 +98,12 @@ def ddp_probe(config):
     """Trains a tiny linear model under DDP; reports what each rank sees and resumes from checkpoints."""
     import json
     import os
-    import tempfile
 
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader, TensorDataset
 
-    ckpt = trial.get_checkpoint()
-    start = 0
-    if ckpt:
-        with open(os.path.join(ckpt, "state.json")) as f:
-            start = json.load(f)["epoch"] + 1
+    start = _start_epoch()
     model = trial.prepare_model(torch.nn.Linear(4, 1))
     data = TensorDataset(torch.arange(64, dtype=torch.float32).reshape(16, 4), torch.arange(16, dtype=torch.float32))
     loader = trial.prepare_data_loader(DataLoader(data, batch_size=8, shuffle=True))
@@ -110,11 +127,7 @@ def ddp_probe(config):
             dist.all_gather_object(starts, start)
         else:
             gathered, starts = [sorted(seen)], [start]
-        folder = None
-        if trial.is_main_process():
-            folder = tempfile.mkdtemp()
-            with open(os.path.join(folder, "state.json"), "w") as f:
-                json.dump({"epoch": epoch}, f)
+        folder = _epoch_checkpoint(epoch)
         trial.report({
             "loss": float(loss.item()), "epoch": epoch, "start": start, "world_size": trial.world_size(),
             "rank": trial.rank(), "per_worker_batch": batch, "shards": json.dumps(gathered), "starts": json.dumps(starts),
@@ -141,48 +154,26 @@ def gpu_probe(config):
 
 def oom_until_small(config):
     """Raises a simulated CUDA out-of-memory error while batch_size > config['fits']."""
-    import json
-    import os
-    import tempfile
-
     import torch
 
-    ckpt = trial.get_checkpoint()
-    start = 0
-    if ckpt:
-        with open(os.path.join(ckpt, "state.json")) as f:
-            start = json.load(f)["epoch"] + 1
+    start = _start_epoch()
     for epoch in range(start, 4):
         if epoch == 2 and config["batch_size"] > config["fits"]:
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
-        folder = tempfile.mkdtemp()
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"epoch": epoch}, f)
+        folder = _epoch_checkpoint(epoch)
         trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "batch_size_seen": config["batch_size"]},
                      checkpoint_dir=folder)
 
 
 def ddp_oom_until_small(config):
     """DDP: every rank raises a simulated CUDA OOM at epoch 1 while batch_size > config['fits']."""
-    import json
-    import os
-    import tempfile
-
     import torch
 
-    ckpt = trial.get_checkpoint()
-    start = 0
-    if ckpt:
-        with open(os.path.join(ckpt, "state.json")) as f:
-            start = json.load(f)["epoch"] + 1
+    start = _start_epoch()
     for epoch in range(start, 3):
         if epoch == 1 and config["batch_size"] > config["fits"]:
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
-        folder = None
-        if trial.is_main_process():
-            folder = tempfile.mkdtemp()
-            with open(os.path.join(folder, "state.json"), "w") as f:
-                json.dump({"epoch": epoch}, f)
+        folder = _epoch_checkpoint(epoch)
         trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "start": start,
                       "batch_size_seen": config["batch_size"]}, checkpoint_dir=folder)
 
@@ -194,21 +185,12 @@ def typo(config):
 
 def steady(config):
     """Checkpoints every epoch and resumes; each epoch takes config['sleep'] seconds."""
-    import json
-    import os
-    import tempfile
     import time
 
-    ckpt = trial.get_checkpoint()
-    start = 0
-    if ckpt:
-        with open(os.path.join(ckpt, "state.json")) as f:
-            start = json.load(f)["epoch"] + 1
+    start = _start_epoch()
     for epoch in range(start, int(config["epochs"])):
         time.sleep(config.get("sleep", 0.3))
-        folder = tempfile.mkdtemp()
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"epoch": epoch}, f)
+        folder = _epoch_checkpoint(epoch)
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
                      checkpoint_dir=folder)
 

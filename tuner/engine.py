@@ -319,23 +319,19 @@ def save_run_record(prepared: Prepared) -> None:
 
     import yaml
 
+    from tuner.results import atomic_write
+
     spec = prepared.spec
     path = prepared.experiment_path
     snapshot = spec.model_dump(mode="json", exclude_unset=True)
-    _atomic_text(path / SPEC_SNAPSHOT, yaml.safe_dump(snapshot, sort_keys=False))
+    atomic_write(path / SPEC_SNAPSHOT, yaml.safe_dump(snapshot, sort_keys=False))
     record = {
         "spec_source": str(Path(spec.source).resolve()) if spec.source else None,
         "python_path": prepared.python_path,
         "trainable": spec.trainable,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    _atomic_text(path / RUN_RECORD, json.dumps(record, indent=2) + "\n")
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path / RUN_RECORD, json.dumps(record, indent=2) + "\n")
 
 
 def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -197,11 +197,11 @@ class StateSnapshots(Callback):
         newest = _newest_state(self.path)
         if newest is None or not _readable(newest):
             return
+        from tuner.results import atomic_write
+
         folder = self.path / _SNAPSHOT_DIR
         folder.mkdir(exist_ok=True)
-        tmp = folder / (newest.name + ".tmp")
-        tmp.write_bytes(newest.read_bytes())
-        os.replace(tmp, folder / newest.name)
+        atomic_write(folder / newest.name, newest.read_bytes())
         for old in folder.glob(_STATE_GLOB):
             if old.name != newest.name:
                 old.unlink(missing_ok=True)
@@ -258,7 +258,7 @@ def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
         return None
     if newest is not None:
         os.replace(newest, newest.with_name(newest.name + ".corrupt"))
-    tmp = path / (snapshot.name + ".tmp")
-    tmp.write_bytes(snapshot.read_bytes())
-    os.replace(tmp, path / snapshot.name)
+    from tuner.results import atomic_write
+
+    atomic_write(path / snapshot.name, snapshot.read_bytes())
     return snapshot.name

@@ -28,7 +28,7 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from tuner.space import plain
 from tuner.spec import Spec
 
-__all__ = ["TuneResult", "collect_results", "best_line"]
+__all__ = ["TuneResult", "collect_results", "best_line", "atomic_write", "user_traceback"]
 
 # Keys Ray adds to every result; results.csv keeps training_iteration of these.
 _RAY_KEYS = set(AUTO_RESULT_KEYS) | {"trial_id", "experiment_tag", "done", "should_checkpoint",
@@ -217,11 +217,10 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         "wall_time_s": round(wall_time_s, 3),
     }
     path.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(path / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     if best_config is not None:
-        _atomic_write(path / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
-    frame.to_csv(path / "results.csv.tmp", index=False)
-    os.replace(path / "results.csv.tmp", path / "results.csv")
+        atomic_write(path / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
+    atomic_write(path / "results.csv", frame.to_csv(index=False))
     return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary)
 
 
@@ -255,7 +254,13 @@ def best_line(spec: Spec, result: TuneResult) -> str:
     return f"Best trial {result.best_trial_id}: {spec.metric}={shown} config={result.best_config}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write a file so that a reader (or a crash) never sees it half written: write a
+    ``.tmp`` beside it, then rename over it (``os.replace`` is atomic on POSIX)."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
     os.replace(tmp, path)
