@@ -93,6 +93,64 @@ def test_resume_refuses_a_changed_spec(tmp_path):
                            "start a new experiment with `tuner run --name NEW`.\n")
 
 
+@pytest.mark.parametrize("search", ["random", "grid", "optuna"])
+def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(tmp_path, search):
+    body = (SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
+            .replace("sleep: 0.4", "sleep: 0") + f"search: {{algorithm: {search}}}\n")
+    if search == "grid":
+        body = body.replace("x: {type: uniform, low: 0, high: 1}", "x: {type: choice, values: [0.1, 0.2, 0.3]}")
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(body)
+    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    exp = tmp_path / "runs" / "steady"
+    before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
+    spec.write_text(body.replace("num_samples: 2", "num_samples: 4"))
+    proc = run_cli("resume", exp, "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(exp / "results.csv")
+    per_sample = 3 if search == "grid" else 1
+    assert len(df) == 4 * per_sample and df["trial_id"].is_unique
+    assert set(df["status"]) == {"TERMINATED"}
+    assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json") if p.parent.name in before} == before, \
+        "finished trials are not rerun"
+    if search == "grid":
+        assert sorted(df["config/x"]) == [0.1] * 4 + [0.2] * 4 + [0.3] * 4
+    else:
+        assert df["config/x"].is_unique, "the new trials are new configurations"
+    assert "num_samples: 4" in (exp / "spec.yaml").read_text()
+    if search == "random":  # a budget may grow, not shrink
+        spec.write_text(body.replace("num_samples: 2", "num_samples: 3"))
+        proc = run_cli("resume", exp, "--num-cpus", "2")
+        assert proc.returncode == 2
+        assert proc.stderr == (f"tuner: error: {spec}: the spec changed since this experiment started, so it cannot "
+                               "be resumed: num_samples (4 -> 3: a budget may grow on resume, not shrink). Undo those "
+                               "changes, or start a new experiment with `tuner run --name NEW`.\n")
+
+
+def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
+    body = (SPEC.replace("num_samples: 6", "num_samples: 8").replace("epochs: 6", "epochs: 3")
+            .replace("sleep: 0.4", "sleep: 0.5") + "time_budget_s: 4\nmax_concurrent_trials: 1\n")
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(body)
+    exp = tmp_path / "runs" / "steady"
+    first = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert first.returncode == 0, first.stderr
+    assert f"the time budget of 4 s is spent. To go on, raise time_budget_s in the spec and run: " \
+           f"python -m tuner resume {exp}" in first.stdout
+    done_first = len(pd.read_csv(exp / "results.csv"))
+    assert done_first < 8
+    again = run_cli("resume", exp, "--num-cpus", "2")  # same budget: spent, refused before anything starts
+    assert again.returncode == 2
+    assert again.stderr.startswith(f"tuner: error: {spec}:13:16: time_budget_s: the time budget of 4 s is spent (")
+    assert again.stderr.endswith("s used so far), so the resumed experiment would stop at once; raise "
+                                 "time_budget_s in the spec to go on.\n")
+    spec.write_text(body.replace("time_budget_s: 4", "time_budget_s: 600"))
+    grown = run_cli("resume", exp, "--num-cpus", "2")
+    assert grown.returncode == 0, grown.stderr
+    df = pd.read_csv(exp / "results.csv")
+    assert len(df) == 8 and df["trial_id"].is_unique
+
+
 def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):
     proc = run_cli("resume", tmp_path)
     assert proc.returncode == 2

@@ -30,6 +30,8 @@ class Prepared:
         address: Ray cluster to connect to, or None for the embedded local Ray.
         num_cpus: CPUs of the local Ray, or None for all.
         num_gpus: GPUs of the local Ray, or None for the detected ones.
+        resumed_num_samples: For a resume, the ``num_samples`` the experiment ran with
+            so far (the spec's may be larger); None for a new run.
     """
 
     def __init__(self, spec: Spec, trainable: Callable, experiment_path: Path, cluster, python_path: list[str],
@@ -42,6 +44,7 @@ class Prepared:
         self.experiment_path = experiment_path
         self.cluster = cluster
         self.python_path = python_path
+        self.resumed_num_samples: int | None = None
 
 
 def prepare(
@@ -229,7 +232,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
     from tuner.algorithms import build_scheduler, build_searcher
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
-    from tuner.failures import ExperimentLock, FirstErrorAbort, PlacementGroupReleaser, StateSnapshots
+    from tuner.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
     from tuner.resources import check_fits, trials_that_fit
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
@@ -247,7 +250,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     started = time.monotonic()
     path.mkdir(parents=True, exist_ok=True)
     save_run_record(prepared)
-    abort = FirstErrorAbort(spec.stop, spec.failure.abort_on_first_error)
+    abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         cluster = cluster_resources()
@@ -275,7 +278,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 num_samples=spec.num_samples,
                 # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
                 max_concurrent_trials=None if basic else max_concurrent,
-                time_budget_s=spec.time_budget_s,
+                # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
+                # resume can raise it (Ray restores its own TimeoutStopper unchanged).
                 # Actor reuse: 0.25 s instead of 1.33 s a trivial trial here. TUNER_REUSE_ACTORS=0
                 # turns it off (benchmarks/trial_startup.py compares both).
                 # Not for DDP trials: Ray cannot reset a driver actor whose Train run was
@@ -304,7 +308,14 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                              aborted_by=aborted)
     if echo:
         echo(best_line(spec, result))
+        if abort.budget_spent:
+            echo(_budget_hint(spec, path))
     return result
+
+
+def _budget_hint(spec: Spec, path: Path) -> str:
+    return (f"tuner: the time budget of {spec.time_budget_s:g} s is spent. To go on, raise time_budget_s in the "
+            f"spec and run: python -m tuner resume {path}")
 
 
 RUN_RECORD = "tuner_run.json"
@@ -330,7 +341,12 @@ def save_run_record(prepared: Prepared) -> None:
         "python_path": prepared.python_path,
         "trainable": spec.trainable,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "time_budget_s": spec.time_budget_s,  # read by a restored ExperimentStopper
     }
+    if prepared.resumed_num_samples is not None and (path / RUN_RECORD).is_file():
+        old = json.loads((path / RUN_RECORD).read_text())
+        record = {**old, "python_path": prepared.python_path, "time_budget_s": spec.time_budget_s,
+                  "resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write(path / RUN_RECORD, json.dumps(record, indent=2) + "\n")
 
 
@@ -355,8 +371,9 @@ def prepare_resume(
 
     The spec is the one saved in the experiment (``spec.yaml``), or ``spec`` when given
     (else the original file, when it still exists). A spec whose search space,
-    searcher/scheduler, resources or budgets changed is refused, with the changed
-    fields named.
+    searcher/scheduler or resources changed is refused, with the changed fields named.
+    The budgets ``num_samples`` and ``time_budget_s`` may grow (not shrink); the extra
+    trials and seconds are added when the experiment resumes.
 
     Raises:
         SpecError: If the folder is not a tuner experiment, its state cannot be read,
@@ -364,7 +381,7 @@ def prepare_resume(
     """
     import json
 
-    from tuner.failures import check_state
+    from tuner.failures import check_state, time_budget_used
     from tuner.spec import SpecIssue, SpecError
 
     path = Path(experiment_path).expanduser().resolve()
@@ -381,18 +398,23 @@ def prepare_resume(
     old, new = saved.model_dump(mode="json"), current.model_dump(mode="json")
     changed = [f for key in _RESUME_FIXED for f in _changed_fields(old.get(key), new.get(key), key + ".")]
     for key in ("num_samples", "time_budget_s"):
-        if old.get(key) != new.get(key):
-            # Ray Tune's Tuner.restore keeps the original TuneConfig, so a new budget
-            # would be silently ignored: refuse it rather than pretend.
-            changed.append(f"{key} ({old.get(key)} -> {new.get(key)}: budgets cannot change on resume yet)")
+        before, after = (float("inf") if v is None else v for v in (old.get(key), new.get(key)))
+        if after < before:
+            changed.append(f"{key} ({old.get(key)} -> {new.get(key)}: a budget may grow on resume, not shrink)")
     if changed:
         raise SpecError([SpecIssue("", f"the spec changed since this experiment started, so it cannot be resumed: "
                                    f"{', '.join(changed)}. Undo those changes, or start a new experiment "
                                    "with `tuner run --name NEW`.")], str(source))
     current = load_spec(current, name=path.name, storage=str(path.parent))
     check_state(path)
+    used = time_budget_used(path)
+    if current.time_budget_s is not None and used is not None and used >= current.time_budget_s:
+        raise current.error("time_budget_s", f"the time budget of {current.time_budget_s:g} s is spent ({used:.1f} s "
+                            "used so far), so the resumed experiment would stop at once; raise time_budget_s "
+                            "in the spec to go on.")
     prepared = prepare(current, num_cpus=num_cpus, num_gpus=num_gpus, address=address, _resume=True)
     prepared.python_path = list(dict.fromkeys([*record.get("python_path", []), *prepared.python_path]))
+    prepared.resumed_num_samples = saved.num_samples
     return prepared
 
 
@@ -414,7 +436,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     from ray import tune
 
     from tuner.cluster import link_ray_logs, ray_session
-    from tuner.failures import ExperimentLock, restore_state_snapshot
+    from tuner.failures import ExperimentLock, reopen_searcher, restore_state_snapshot
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, driver_request
@@ -424,6 +446,8 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         restored_from = restore_state_snapshot(path)
+        reopen_searcher(path, prepared.resumed_num_samples or spec.num_samples, spec.num_samples)
+        save_run_record(prepared)  # the spec as resumed, and the time budget the stopper reads
         if echo:
             echo(f"Resuming experiment {spec.name}: {path}")
             if restored_from:

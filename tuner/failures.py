@@ -1,17 +1,19 @@
 """Failure handling: stop early on a broken train function, and one run per experiment.
 
-* :class:`FirstErrorAbort`: when the very first trial fails before any trial has
+* :class:`ExperimentStopper`: when the very first trial fails before any trial has
   reported a result with an exception from the train function's code (a typo, a wrong
   key, a shape error; not a NaN metric, an out-of-memory or a dead process), the whole
-  experiment stops at
-  once instead of burning the budget on trials that will all fail the same way (the
-  behaviour of SMAC3's ``abort_on_first_run_crash``). It is a Ray Tune ``Callback``
-  that sees the error and a ``Stopper`` that ends the experiment; it also applies the
-  spec's ``stop`` criteria (metric >= threshold), which a Stopper replaces.
+  experiment stops at once instead of burning the budget on trials that will all fail
+  the same way (the behaviour of SMAC3's ``abort_on_first_run_crash``). It is a Ray
+  Tune ``Callback`` that sees the error and a ``Stopper`` that ends the experiment; it
+  also applies the spec's ``stop`` criteria and the ``time_budget_s`` of the whole
+  experiment, across resumes.
 * :class:`ExperimentLock`: an exclusive ``flock`` on ``<experiment>/.tuner.lock``, so a
   second ``tuner run`` or ``tuner resume`` of the same folder is refused while one runs.
 * :class:`StateSnapshots`, :func:`check_state`, :func:`restore_state_snapshot`: the
   experiment state survives a driver killed mid-write; a resume never starts over.
+* :func:`reopen_searcher`: a resume goes on creating trials, up to a ``num_samples``
+  that may have grown.
 """
 
 from __future__ import annotations
@@ -24,27 +26,49 @@ from typing import Any, Mapping
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
-__all__ = ["FirstErrorAbort", "ExperimentLock", "ExperimentLocked", "StateSnapshots", "check_state",
+__all__ = ["ExperimentStopper", "reopen_searcher", "time_budget_used", "ExperimentLock", "ExperimentLocked", "StateSnapshots", "check_state",
            "restore_state_snapshot", "PlacementGroupReleaser"]
 
 
-class FirstErrorAbort(Callback, Stopper):
-    """Stop the experiment when the first trial errors before any result; apply ``stop``.
+class ExperimentStopper(Callback, Stopper):
+    """End trials on the spec's ``stop``, and the experiment on a first error or the time budget.
+
+    * ``stop``: a trial stops once ``result[key] >= value`` (a Stopper replaces the
+      dict form Ray Tune would otherwise take).
+    * First-error abort: when the very first trial fails before any trial reported a
+      result, with an exception from the train function's code, the experiment stops
+      (SMAC3's ``abort_on_first_run_crash``).
+    * ``time_budget_s``: the experiment stops once it has run that many seconds, summed
+      over every session of it (a run and its resumes). Ray Tune's ``TimeoutStopper``
+      works the same way; tuner keeps its own so that ``tuner resume`` can raise the
+      budget: Ray restores the stopper from the experiment state, and this one then
+      reads the current budget from the experiment's ``tuner_run.json``.
 
     Args:
-        stop: The spec's stop criteria: a trial stops once ``result[key] >= value``.
+        stop: The spec's stop criteria.
         enabled: Whether a first-trial error aborts the experiment
             (``failure.abort_on_first_error``).
+        time_budget_s: Seconds of wall time for the whole experiment, or None.
+        record_file: The experiment's ``tuner_run.json``, whose ``time_budget_s`` a
+            restored stopper takes.
 
     Attributes:
         aborted_by: The trial that aborted the experiment, or None.
+        used_s: Seconds of the time budget spent, in all sessions so far.
+        budget_spent: Whether the time budget ended the experiment.
     """
 
-    def __init__(self, stop: Mapping[str, float] | None, enabled: bool = True):
+    def __init__(self, stop: Mapping[str, float] | None, enabled: bool = True,
+                 time_budget_s: float | None = None, record_file: str | os.PathLike | None = None):
         self.stop = dict(stop or {})
         self.enabled = enabled
+        self.time_budget_s = time_budget_s
+        self.record_file = str(record_file) if record_file else None
         self.any_result = False
         self.aborted_by = None
+        self.used_s = 0.0
+        self.budget_spent = False
+        self._last_check: float | None = None
 
     # Callback side ------------------------------------------------------------
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
@@ -59,7 +83,33 @@ class FirstErrorAbort(Callback, Stopper):
         return any(key in result and result[key] >= value for key, value in self.stop.items())
 
     def stop_all(self) -> bool:
-        return self.aborted_by is not None
+        import time
+
+        now = time.time()
+        if self._last_check is not None:  # like TimeoutStopper: the clock starts at the first check
+            self.used_s += now - self._last_check
+        self._last_check = now
+        if self.time_budget_s is not None and self.used_s >= self.time_budget_s:
+            self.budget_spent = True
+        return self.aborted_by is not None or self.budget_spent
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["aborted_by"] = None  # a Trial; only this session's driver needs it
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._last_check = None
+        self.budget_spent = False
+        if self.record_file:
+            import json
+
+            try:
+                self.time_budget_s = json.loads(Path(self.record_file).read_text()).get(
+                    "time_budget_s", self.time_budget_s)
+            except (OSError, ValueError):
+                pass
 
 
 # Errors that say something about a configuration or the machine, not a bug in the code.
@@ -262,3 +312,107 @@ def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
 
     atomic_write(path / snapshot.name, snapshot.read_bytes())
     return snapshot.name
+
+
+def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> None:
+    """Let a resumed experiment's searcher go on creating trials, up to ``new`` samples.
+
+    Ray Tune marks the searcher finished whenever a Stopper ends the experiment (the
+    time budget, the first-error abort), and ``Tuner.restore`` restores it as it was and
+    never adds configurations again: a resume would create no new trial, and a larger
+    ``num_samples`` would be ignored. This edits the saved searcher state before the
+    restore (write, then rename):
+
+    * ``grid``/``random`` (``BasicVariantGenerator``, ``basic-variant-state-*.json``):
+      reopened; for a larger ``num_samples``, one more trial iterator for the extra
+      samples, numbered after the existing trials and drawing from the same random
+      state, so no configuration repeats.
+    * Searchers (Optuna, BOHB; ``SearchGenerator``, ``search_gen_state-*.json``): the
+      total becomes ``new``, and the searcher is reopened while trials are left; it
+      goes on suggesting from what it has learnt.
+
+    A reopened searcher with nothing left closes itself at its next suggestion. The
+    concurrency limit's count of live trials drops the trials the experiment state says
+    have finished: Ray may save it before it hears of their end, and the stale entries
+    would hold trial slots forever (the resumed run waited for them and hung).
+
+    Args:
+        experiment_path: The experiment folder.
+        old: ``num_samples`` the experiment ran with (repeats of the grid for grid search).
+        new: ``num_samples`` to reach, ``>= old``.
+    """
+    from ray import cloudpickle
+    from ray.tune.search.basic_variant import BasicVariantGenerator, _TrialIterator
+    from ray.tune.search.search_generator import SearchGenerator
+    from ray.tune.utils.util import _atomic_save
+
+    path = Path(experiment_path)
+    for template in (BasicVariantGenerator.CKPT_FILE_TMPL, SearchGenerator.CKPT_FILE_TMPL):
+        files = sorted(path.glob(template.format("*")))
+        if files:
+            break
+    else:
+        return  # stopped before Ray saved a searcher state: the restore starts it afresh
+    newest = files[-1]  # the file Ray's _load_newest_checkpoint restores
+    state = cloudpickle.loads(newest.read_bytes())
+    ended = _ended_trials(path)
+    if template == BasicVariantGenerator.CKPT_FILE_TMPL:
+        state["_live_trials"] = set(state["_live_trials"]) - ended
+        if new > old:
+            per_sample = state["_total_samples"] // old  # grid points
+            state["_iterators"].append(_TrialIterator(
+                uuid_prefix=state["_uuid_prefix"], num_samples=new - old,
+                unresolved_spec=state["_iterators"][-1].unresolved_spec,
+                constant_grid_search=state["_constant_grid_search"], start=state["_total_samples"],
+                random_state=state["_random_state"]))
+            state["_total_samples"] += per_sample * (new - old)
+        state["_finished"] = False
+    else:
+        state["total_samples"] = new
+        state["finished"] = state["counter"] >= new
+        limiter = state.get("name:ConcurrencyLimiter")
+        if limiter:
+            stale = set(limiter["live_trials"]) & ended
+            limiter["live_trials"] = set(limiter["live_trials"]) - stale
+            limiter["num_unfinished_live_trials"] = max(0, limiter["num_unfinished_live_trials"] - len(stale))
+    _atomic_save(state, str(path), newest.name, f"tmp-{newest.name}")
+
+
+def _ended_trials(path: Path) -> set[str]:
+    """Ids of the trials that the newest readable experiment state has TERMINATED or ERROR."""
+    import json
+
+    for folder in (path, path / _SNAPSHOT_DIR):
+        newest = _newest_state(folder)
+        if newest is not None and _readable(newest):
+            ended = set()
+            for item in json.loads(newest.read_text(encoding="utf-8")).get("trial_data", []):
+                trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
+                if trial.get("status") in ("TERMINATED", "ERROR"):
+                    ended.add(trial.get("trial_id"))
+            return ended
+    return set()
+
+
+def time_budget_used(experiment_path: str | os.PathLike) -> float | None:
+    """Seconds of ``time_budget_s`` an experiment has spent, from its newest readable state.
+
+    Returns:
+        The :class:`ExperimentStopper`'s ``used_s`` as Ray last saved it (at most
+        ``TUNE_GLOBAL_CHECKPOINT_S`` behind), or None when no state holds one.
+    """
+    import json
+
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    path = Path(experiment_path)
+    for folder in (path, path / _SNAPSHOT_DIR):
+        newest = _newest_state(folder)
+        if newest is not None and _readable(newest):
+            stopper = json.loads(newest.read_text(encoding="utf-8")).get("runner_data", {}).get("_stopper")
+            try:  # tuner's own experiment folder, written by this user's run: trusted
+                stopper = json.loads(json.dumps(stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+            except Exception:  # noqa: BLE001 - an older or foreign state: no budget to report
+                return None
+            return getattr(stopper, "used_s", None)
+    return None
