@@ -149,6 +149,11 @@ def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
     assert grown.returncode == 0, grown.stderr
     df = pd.read_csv(exp / "results.csv")
     assert len(df) == 8 and df["trial_id"].is_unique
+    assert set(df["status"]) == {"TERMINATED"}
+    assert (df["training_iteration"] == 3).all(), "trials cut off by the budget went on from their checkpoints"
+    for trial_dir in exp.glob("steady_*"):
+        epochs = [json.loads(line)["epoch"] for line in (trial_dir / "result.json").read_text().splitlines()]
+        assert epochs == sorted(epochs) and max(epochs) == 2
 
 
 def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):

@@ -68,6 +68,7 @@ class ExperimentStopper(Callback, Stopper):
         self.aborted_by = None
         self.used_s = 0.0
         self.budget_spent = False
+        self._paused = False
         self._last_check: float | None = None
 
     # Callback side ------------------------------------------------------------
@@ -89,8 +90,17 @@ class ExperimentStopper(Callback, Stopper):
         if self._last_check is not None:  # like TimeoutStopper: the clock starts at the first check
             self.used_s += now - self._last_check
         self._last_check = now
-        if self.time_budget_s is not None and self.used_s >= self.time_budget_s:
+        if self.time_budget_s is not None and self.used_s >= self.time_budget_s and not self.budget_spent:
             self.budget_spent = True
+            if self.record_file:
+                (Path(self.record_file).parent / BUDGET_SPENT).touch()
+            self._paused = _pause_tune_run()
+            if self._paused:
+                # Ray ends the run as after Ctrl-C: unfinished trials stay resumable from their
+                # checkpoints (a stop_all would mark them TERMINATED for good).
+                return self.aborted_by is not None
+        if self.budget_spent and self._paused:
+            return self.aborted_by is not None
         return self.aborted_by is not None or self.budget_spent
 
     def __getstate__(self) -> dict:
@@ -102,6 +112,7 @@ class ExperimentStopper(Callback, Stopper):
         self.__dict__.update(state)
         self._last_check = None
         self.budget_spent = False
+        self._paused = False
         if self.record_file:
             import json
 
@@ -110,6 +121,30 @@ class ExperimentStopper(Callback, Stopper):
                     "time_budget_s", self.time_budget_s)
             except (OSError, ValueError):
                 pass
+
+
+BUDGET_SPENT = "time_budget_spent"  # marker file in the experiment folder, for the run's caller
+
+
+def _pause_tune_run() -> bool:
+    """End Ray Tune's run loop the way Ctrl-C does, leaving unfinished trials resumable.
+
+    Ray Tune's run installs one handler for SIGINT and SIGUSR1 (``tune.py``,
+    ``_setup_signal_catching``) when it runs in the main thread; this sends SIGUSR1 to
+    this process when that handler is in place.
+
+    Returns:
+        Whether the signal was sent.
+    """
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
+        return False
+    if getattr(signal.getsignal(signal.SIGUSR1), "__name__", "") != "signal_interrupt_tune_run":
+        return False
+    os.kill(os.getpid(), signal.SIGUSR1)
+    return True
 
 
 # Errors that say something about a configuration or the machine, not a bug in the code.
