@@ -203,3 +203,17 @@ def hangs_after_one_report(config):
     if config.get("x", 0.0) > 0.5:
         time.sleep(3600)
     trial.report({"loss": config.get("x", 0.0)})
+
+
+def where(config):
+    """Reports the Ray node it runs on; checkpoints each epoch (the cluster tests)."""
+    import time
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    start = _start_epoch()
+    for epoch in range(start, int(config.get("epochs", 2))):
+        time.sleep(config.get("sleep", 1.0))
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "node": node},
+                     checkpoint_dir=_epoch_checkpoint(epoch))

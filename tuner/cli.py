@@ -1,4 +1,4 @@
-"""The command line: ``tuner run|validate SPEC`` (also ``python -m tuner``).
+"""The command line: ``tuner run|validate|submit SPEC``, ``resume``, ``jobs`` (also ``python -m tuner``).
 
 Exit codes: 0 every trial ended well; 1 some trials errored (named in the summary);
 2 bad input (nothing started, nothing written); 130 interrupted.
@@ -87,22 +87,31 @@ def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(),
         _bad_input(err)
 
 
+_ADDRESS_HELP = ("Use this running Ray cluster (auto, host:6379, ray://host:10001) instead of a local Ray; "
+                 "default: RAY_ADDRESS, else the spec's ray.address.")
+
+
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
 @_with_run_options
-def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets) -> None:
+@click.option("--address", type=str, default=None, help=_ADDRESS_HELP + " Checks the plan against its resources.")
+def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address) -> None:
     """Check SPEC and print the plan; starts nothing, writes nothing."""
-    from tuner.engine import plan
+    from tuner.engine import check_cluster, plan
 
-    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets)
+    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
+    if prepared.address is not None:
+        try:
+            check_cluster(prepared)
+        except SpecError as err:
+            _bad_input(err)
     click.echo(plan(prepared))
 
 
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
 @_with_run_options
-@click.option("--address", type=str, default=None,
-              help="Connect to this Ray cluster (auto, host:6379, ray://host:10001) instead of starting one.")
+@click.option("--address", type=str, default=None, help=_ADDRESS_HELP)
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan, as `tuner validate`.")
 def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run) -> None:
     """Run the tuning experiment described by SPEC."""
@@ -156,7 +165,7 @@ def _finish(result) -> None:
 @click.option("--restart-errored", is_flag=True, help="Start errored trials over from scratch.")
 @click.option("--num-cpus", type=float, default=None, help="CPUs of the local Ray (default: all).")
 @click.option("--num-gpus", type=float, default=None, help="GPUs of the local Ray (default: detected).")
-@click.option("--address", type=str, default=None, help="Connect to this Ray cluster instead of starting one.")
+@click.option("--address", type=str, default=None, help=_ADDRESS_HELP)
 def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num_gpus, address) -> None:
     """Resume a stopped or crashed experiment (Ray Tune's Tuner.restore)."""
     from tuner.engine import prepare_resume, resume_prepared
@@ -173,6 +182,151 @@ def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num
     except KeyboardInterrupt:
         _interrupted(experiment)
     _finish(result)
+
+
+_JOBS_ADDRESS = click.option("--address", type=str, default=None,
+                              help="The head's dashboard, http://HEAD:8265 (default: RAY_ADDRESS).")
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False, exists=True))
+@_JOBS_ADDRESS
+@click.option("--working-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Folder uploaded with the job; SPEC must lie inside it (default: the current folder).")
+@click.option("--pip", "pip", multiple=True, metavar="PACKAGE", help="A package the job installs. Repeatable.")
+@click.option("--storage", type=str, default=None,
+              help="Where results land: a folder every node shares, or a file:// URI (overrides spec.storage).")
+@click.option("--name", type=str, default=None, help="Experiment name (overrides spec.name).")
+@click.option("--num-samples", type=int, default=None, help="Trials to sample (overrides spec.num_samples).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="As for `tuner run`. Repeatable.")
+@click.option("--wait", is_flag=True, help="Wait for the job to end; exit 0 only if it SUCCEEDED.")
+@click.option("--follow", is_flag=True, help="Print the job's output as it runs, then wait for its end.")
+def submit(spec_path, address, working_dir, pip, storage, name, num_samples, sets, wait, follow) -> None:
+    """Submit `tuner run SPEC` to a Ray cluster as a Ray Job (Ray's JobSubmissionClient)."""
+    from tuner.cluster import submit_job, wait_for_job
+
+    run_args = [arg for item in sets for arg in ("--set", item)]
+    if num_samples is not None:
+        run_args += ["--num-samples", str(num_samples)]
+    try:
+        _parse_sets(sets)
+        job_id, url = submit_job(spec_path, address, run_args=run_args, working_dir=working_dir, pip=list(pip),
+                                 storage=storage, name=name)
+    except SpecError as err:
+        _bad_input(err)
+    click.echo(f"Submitted job {job_id} to {url}")
+    click.echo(f"  follow: tuner jobs logs {job_id} --address {url} --follow")
+    click.echo(f"  status: tuner jobs status {job_id} --address {url}")
+    click.echo(f"  stop:   tuner jobs stop {job_id} --address {url}")
+    if wait or follow:
+        status = wait_for_job(url, job_id, follow=follow, echo=click.echo)
+        click.echo(f"Job {job_id}: {status}")
+        if status != "SUCCEEDED":
+            client = _jobs_client(url)
+            message = client.get_job_info(job_id).message
+            tail = "\n".join(client.get_job_logs(job_id).rstrip("\n").splitlines()[-20:])
+            click.echo(f"tuner: job {job_id} ended {status}" + (f": {message}" if message else ""), err=True)
+            if tail and not follow:
+                click.echo(f"tuner: the end of its output:\n{tail}", err=True)
+        sys.exit(EXIT_OK if status == "SUCCEEDED" else EXIT_TRIALS_FAILED)
+
+
+@cli.group()
+def jobs() -> None:
+    """Follow and stop jobs sent by `tuner submit` (Ray's Jobs API)."""
+
+
+def _jobs_client(address):
+    from tuner.cluster import job_client
+
+    try:
+        return job_client(address)
+    except SpecError as err:
+        _bad_input(err)
+
+
+@jobs.command("status")
+@click.argument("job_id")
+@_JOBS_ADDRESS
+def jobs_status(job_id, address) -> None:
+    """Print a job's status and message."""
+    info = _jobs_client(address).get_job_info(job_id)
+    click.echo(f"{job_id}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+
+
+@jobs.command("logs")
+@click.argument("job_id")
+@_JOBS_ADDRESS
+@click.option("--follow", is_flag=True, help="Keep printing until the job ends.")
+def jobs_logs(job_id, address, follow) -> None:
+    """Print a job's output."""
+    from tuner.cluster import wait_for_job
+
+    if follow:
+        wait_for_job(address, job_id, follow=True, echo=click.echo)
+    else:
+        click.echo(_jobs_client(address).get_job_logs(job_id), nl=False)
+
+
+@jobs.command("stop")
+@click.argument("job_id")
+@_JOBS_ADDRESS
+def jobs_stop(job_id, address) -> None:
+    """Stop a running job (its trials stop; `tuner resume` can go on later)."""
+    stopped = _jobs_client(address).stop_job(job_id)
+    click.echo(f"{job_id}: {'stop requested' if stopped else 'not running'}")
+
+
+@cli.command()
+@click.argument("experiment", metavar="EXPERIMENT_DIR", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table",
+              show_default=True, help="table, csv and json print to stdout (or --output); html writes a page "
+                                      "with plots, and the plots as PNGs beside it.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write here instead (html: default EXPERIMENT_DIR/report.html).")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Only the K best trials (html: in the table and the parallel coordinates; default 10 there).")
+def report(experiment, fmt, output, top) -> None:
+    """Report on an experiment: table, csv, json or an HTML page.
+
+    Reads the experiment's files only (starts no Ray), so it works on a finished, running or
+    interrupted experiment.
+    """
+    from tuner.report import ReportError, load_experiment, render, write_html
+
+    try:
+        exp = load_experiment(experiment)
+    except ReportError as err:
+        _bad_input(err)
+    if fmt == "html":
+        page, pngs = write_html(exp, output, top)
+        click.echo(f"Report: {page} (open it in a browser)")
+        if pngs:
+            click.echo(f"Plots:  {next(iter(pngs.values())).parent}/ ({', '.join(p.name for p in pngs.values())})")
+        return
+    text = render(exp, fmt, top)
+    if output:
+        from tuner.files import atomic_write
+
+        atomic_write(output, text)
+        click.echo(f"Report: {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command("list")
+@click.argument("storage", metavar="[STORAGE]", type=click.Path(), default="runs")
+def list_command(storage) -> None:
+    """List the experiments in STORAGE (default: runs).
+
+    One line each: name, status, trials, best metric, start time.
+    """
+    from tuner.report import ReportError, list_experiments, render_list
+
+    try:
+        click.echo(render_list(list_experiments(storage)), nl=False)
+    except ReportError as err:
+        _bad_input(err)
 
 
 def main(argv: list[str] | None = None) -> None:

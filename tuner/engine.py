@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from tuner.spec import Spec, load_spec, resolve_trainable
+from tuner.spec import Spec, SpecError, SpecIssue, load_spec, resolve_trainable
 
 __all__ = ["tune_model", "plan", "prepare"]
 
@@ -77,8 +77,17 @@ def prepare(
             or the experiment folder.
     """
     spec = load_spec(spec, **overrides)  # first: a bad spec fails before Ray is even imported
+    address, where = _resolve_address(address, spec)
+    if address is not None and (num_cpus is not None or num_gpus is not None):
+        flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
+        raise SpecError([SpecIssue("", f"{flags} {'size' if ' and ' in flags else 'sizes'} the local Ray that tuner starts, but this run connects to "
+                                   f"the Ray cluster at {address} (from {where}), whose own resources apply; drop "
+                                   f"{flags}, or drop the address to run locally.")], spec.source or "tuner")
     base_dirs = [str(Path(spec.source).resolve().parent)] if spec.source else []
     fn = trainable if trainable is not None else resolve_trainable(spec, base_dirs)
+    from tuner.spec import check_extras
+
+    check_extras(spec)  # reporting.wandb / reporting.mlflow need their packages, before Ray starts
 
     import ray
 
@@ -94,12 +103,43 @@ def prepare(
         cluster = local_resources(num_cpus, num_gpus)
     if cluster is not None:
         check_fits(spec, cluster)
-    experiment_path = Path(spec.storage).expanduser().resolve() / spec.name
+    experiment_path = spec.storage_dir / spec.name
     if not _resume and experiment_path.exists() and any(experiment_path.iterdir()):
         raise spec.error("name", f"the experiment folder {experiment_path} already exists; choose another "
                          "name (--name NAME) or remove that folder.")
     python_path = list(dict.fromkeys([os.getcwd(), *base_dirs]))
     return Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
+
+
+def _resolve_address(address: str | None, spec: Spec) -> tuple[str | None, str]:
+    """The Ray cluster to use and where that came from: the argument, ``RAY_ADDRESS``, the spec."""
+    if address:
+        return address, "--address"
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    if spec.ray.address:
+        return spec.ray.address, "ray.address in the spec"
+    return None, ""
+
+
+def check_cluster(prepared: Prepared) -> None:
+    """Connect to ``prepared.address`` and check the spec against the cluster's resources.
+
+    Connecting starts nothing: the cluster already runs. ``prepared.cluster`` is set.
+
+    Raises:
+        SpecError: If a trial can never fit on the cluster, or the cluster cannot be reached.
+    """
+    from tuner.cluster import cluster_resources, ray_session
+    from tuner.resources import check_fits
+
+    try:
+        with ray_session(address=prepared.address):
+            prepared.cluster = cluster_resources(prepared.address)
+    except ConnectionError as err:
+        raise SpecError([SpecIssue("", f"cannot reach the Ray cluster at {prepared.address}: {err}")],
+                        prepared.spec.source or "tuner") from None
+    check_fits(prepared.spec, prepared.cluster)
 
 
 def plan(prepared: Prepared) -> str:
@@ -253,7 +293,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
-        cluster = cluster_resources()
+        cluster = cluster_resources(prepared.address)
         if prepared.cluster is None:
             check_fits(spec, cluster)
         max_concurrent = spec.max_concurrent_trials
@@ -304,13 +344,25 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             grid = tuner.fit()
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
-    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted,
-                             aborted_by=aborted)
+    spent = _take_budget_marker(path)
+    result = collect_results(spec, grid, path, time.monotonic() - started,
+                             interrupted=watch.interrupted and not spent, aborted_by=aborted)
     if echo:
         echo(best_line(spec, result))
-        if abort.budget_spent:
+        if spent:
             echo(_budget_hint(spec, path))
     return result
+
+
+def _take_budget_marker(path: Path) -> bool:
+    """Whether the ExperimentStopper ended this session on the time budget (marker removed)."""
+    from tuner.failures import BUDGET_SPENT
+
+    marker = path / BUDGET_SPENT
+    if marker.exists():
+        marker.unlink()
+        return True
+    return False
 
 
 def _budget_hint(spec: Spec, path: Path) -> str:
@@ -463,7 +515,10 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
         with _InterruptWatch() as watch:
             grid = tuner.fit()
         link_ray_logs(session_dir, path)
-    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted)
+    spent = _take_budget_marker(path)
+    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted and not spent)
     if echo:
         echo(best_line(spec, result))
+        if spent:
+            echo(_budget_hint(spec, path))
     return result

@@ -8,21 +8,33 @@
 * Ray's driver-side log lines go to ``<experiment>/tuner.log``; the console keeps
   nothing of Ray's (tuner prints its own summary of errors). Trial stdout/stderr go to each
   trial's folder (``log_to_file``).
+* TensorBoard's HParams dashboard: each trial folder holds its session (config and
+  end status); the experiment folder holds the one experiment summary (every sampled
+  parameter with its domain, every metric), written when the experiment ends. Until
+  then TensorBoard builds the summary from the sessions.
+* W&B and MLflow (optional extras) are Ray's own ``WandbLoggerCallback`` and
+  ``MLflowLoggerCallback``. API keys and tokens come only from the environment.
+* :class:`ProgressLine`: one overall progress line under the table, as often as the table.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
+import time
 from pathlib import Path
+from typing import Any
 
-from ray.tune import CLIReporter
+from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-from tuner.space import sampled_params
+from tuner.space import iter_params, plain, sampled_params
 from tuner.spec import Spec
 
-__all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint"]
+__all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint",
+           "ProgressLine", "progress_line", "HParamsTBXCallback"]
 
 _QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray.data")
 
@@ -67,11 +79,390 @@ def build_reporter(spec: Spec) -> CLIReporter | None:
 
 
 def build_callbacks(spec: Spec) -> list:
-    """Ray logger callbacks: JSON and CSV always, TensorBoard when ``reporting.tensorboard``."""
+    """Ray callbacks for the spec's ``reporting`` section.
+
+    JSON and CSV logs always; TensorBoard with the HParams dashboard when
+    ``reporting.tensorboard``; W&B and MLflow when configured (their packages are
+    checked before by :func:`tuner.spec.check_extras`); the progress line when the
+    table is on and ``reporting.cli.progress``.
+
+    Returns:
+        The callbacks, for ``RunConfig(callbacks=...)``.
+    """
+    rep = spec.reporting
     callbacks: list = [JsonLoggerCallback(), CSVLoggerCallback()]
-    if spec.reporting.tensorboard:
-        callbacks.append(TBXLoggerCallback())
+    if rep.tensorboard:
+        callbacks.append(HParamsTBXCallback(spec))
+    if rep.wandb is not None:
+        w = rep.wandb
+        kwargs = {k: v for k, v in {"entity": w.entity, "tags": w.tags}.items() if v is not None}
+        callbacks.append(_integration_class("WandbCallback")(
+            project=w.project, group=w.group or spec.name, upload_checkpoints=w.upload_checkpoints,
+            mode=w.mode, **kwargs))
+    if rep.mlflow is not None:
+        m = rep.mlflow
+        callbacks.append(_integration_class("MLflowCallback")(
+            tracking_uri=m.tracking_uri, experiment_name=m.experiment_name or spec.name, tags=m.tags,
+            save_artifact=m.save_artifact))
+    if rep.cli.enabled and rep.cli.progress:
+        callbacks.append(ProgressLine(spec.metric, spec.mode, spec.time_budget_s, rep.cli.max_report_frequency))
     return callbacks
+
+
+# --------------------------------------------------------------------------- TensorBoard HParams
+
+
+def _hparam_value(value: Any) -> Any:
+    """A config value as TensorBoard's HParams takes it: a number, a string or a bool."""
+    value = plain(value)
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return None if value is None else str(value)
+
+
+class HParamsTBXCallback(TBXLoggerCallback):
+    """Ray's ``TBXLoggerCallback`` with one HParams experiment for the whole run.
+
+    Ray's logger writes scalars as ``ray/tune/<metric>`` by ``training_iteration``, and
+    at each trial's end a full HParams summary into the trial's folder: TensorBoard
+    then takes the first trial's summary for the whole experiment, so a ``choice``
+    parameter shows only that trial's value in the dashboard's filters, and the other
+    trials' rows can be hidden. Here each trial folder gets its session only (its
+    sampled config and its end status), and :meth:`on_experiment_end` writes the one
+    experiment summary into the experiment folder: every sampled parameter with its
+    domain from the spec, and every metric the trials reported.
+
+    Args:
+        spec: The spec that runs.
+    """
+
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self._params = sampled_params(spec)
+        self._domains = {name: value.model_dump() for name, value in iter_params(spec.param_space)
+                         if name in self._params}
+        self._metric = spec.metric
+        self._metrics: dict[str, None] = {}
+        self._failed = False
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        super().log_trial_result(iteration, trial, result)
+        for tag in self._trial_result.get(trial, {}):
+            self._metrics.setdefault(tag, None)
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        self._failed = failed
+        super().log_trial_end(trial, failed)
+
+    def _try_log_hparams(self, trial, result: dict) -> None:
+        from tensorboardX.proto.api_pb2 import Status
+        from tensorboardX.summary import hparams
+
+        flat = _flat(trial.config or {})
+        values = {name: _hparam_value(flat[name]) for name in self._params if name in flat}
+        values = {k: v for k, v in values.items() if v is not None}
+        try:
+            _, session_start, session_end = hparams(hparam_dict=values, metric_dict={})
+            if self._failed:
+                from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+
+                data = HParamsPluginData.FromString(session_end.value[0].metadata.plugin_data.content)
+                data.session_end_info.status = Status.Value("STATUS_FAILURE")
+                session_end.value[0].metadata.plugin_data.content = data.SerializeToString()
+            writer = self._trial_writer[trial].file_writer
+            writer.add_summary(session_start)
+            writer.add_summary(session_end)
+        except Exception:  # noqa: BLE001 - TensorBoard extras must never fail a trial
+            logging.getLogger(__name__).exception("could not write the HParams session of %s", trial)
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        super().on_experiment_end(trials, **info)
+        # trial.path is the trial folder in the experiment (local_path is Ray's staging copy).
+        folders = {Path(t.path).parent for t in trials if t.path}
+        if len(folders) != 1 or not next(iter(folders)).is_dir():
+            return
+        try:
+            write_hparams_experiment(folders.pop(), self._domains, self._metric, list(self._metrics))
+        except Exception:  # noqa: BLE001
+            logging.getLogger(__name__).exception("could not write the HParams experiment summary")
+
+
+def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+# Scalars Ray adds to every result: kept in the scalars, left out of the HParams columns.
+_RAY_SCALARS = {"done", "should_checkpoint", "iterations_since_restore", "time_since_restore", "time_this_iter_s",
+                "timesteps_since_restore", "timesteps_total", "episodes_total"}
+
+
+def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict], metric: str | None,
+                             metrics: list[str]) -> None:
+    """Write TensorBoard's HParams experiment summary into the experiment folder.
+
+    Args:
+        folder: The experiment folder (the trials' parent, TensorBoard's ``--logdir``).
+        domains: Sampled parameter name -> its distribution from the spec, as a dict
+            (``type``, ``low``/``high`` or ``values``).
+        metric: The spec's metric, listed first.
+        metrics: Scalar tags the trials wrote, e.g. ``ray/tune/loss``; Ray's bookkeeping
+            ones (``done``, ``time_this_iter_s``, ...) are left out.
+    """
+    from google.protobuf.struct_pb2 import ListValue
+    from tensorboardX import SummaryWriter
+    from tensorboardX.proto.api_pb2 import DataType, Experiment, HParamInfo, Interval, MetricInfo, MetricName
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+
+    infos = []
+    for name, dist in domains.items():
+        if "values" in dist:
+            values = [_hparam_value(v) for v in dist["values"]]
+            kinds = {type(v) for v in values}
+            if kinds <= {int, float} and bool not in kinds:
+                dtype = "DATA_TYPE_FLOAT64"
+                values = [float(v) for v in values]
+            elif kinds == {bool}:
+                dtype = "DATA_TYPE_BOOL"
+            else:
+                dtype, values = "DATA_TYPE_STRING", [str(v) for v in values]
+            domain = ListValue()
+            domain.extend(list(dict.fromkeys(values)))
+            infos.append(HParamInfo(name=name, type=DataType.Value(dtype), domain_discrete=domain))
+        elif "low" in dist and "high" in dist:
+            infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64"),
+                                    domain_interval=Interval(min_value=float(dist["low"]),
+                                                             max_value=float(dist["high"]))))
+        else:  # randn: unbounded
+            infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64")))
+    first = [f"ray/tune/{metric}"] if metric and f"ray/tune/{metric}" in metrics else []
+    tags = first + sorted(t for t in metrics if t not in first and t.rsplit("/", 1)[-1] not in _RAY_SCALARS)
+    experiment = Experiment(hparam_infos=infos, metric_infos=[MetricInfo(name=MetricName(tag=t)) for t in tags],
+                            time_created_secs=time.time())
+    content = HParamsPluginData(experiment=experiment, version=0).SerializeToString()
+    summary = Summary(value=[Summary.Value(tag="_hparams_/experiment", metadata=SummaryMetadata(
+        plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=content)))])
+    writer = SummaryWriter(os.fspath(folder), filename_suffix=".hparams")
+    try:
+        writer.file_writer.add_summary(summary)
+    finally:
+        writer.close()
+
+
+# --------------------------------------------------------------------------- W&B and MLflow
+
+_INTEGRATIONS: dict[str, type] = {}
+
+
+def _integration_class(name: str) -> type:
+    """Build (once) the W&B or MLflow callback class; their modules import the packages.
+
+    The classes are module attributes (see ``__getattr__``), so that Ray's saved
+    ``tuner.pkl`` refers to them by name and a resume rebuilds them.
+    """
+    if name in _INTEGRATIONS:
+        return _INTEGRATIONS[name]
+    if name == "WandbCallback":
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        class WandbCallback(WandbLoggerCallback):
+            """Ray's ``WandbLoggerCallback``, with offline runs that need no key and keep it out of logs.
+
+            * Ray checks for an API key unless the ``WANDB_MODE`` environment variable
+              says offline or disabled; the spec's ``mode`` counts the same here, without
+              changing this process's environment for good.
+            * Ray hands ``WANDB_API_KEY`` to each trial's logging actor in its
+              ``runtime_env``, and Ray's runtime-env agent writes that into its session
+              log (linked from the experiment as ``ray_logs``). The key is passed that
+              way only when it is needed: an online run on a Ray that this process did
+              not start (on an embedded local Ray the workers inherit the environment).
+            * Ray's logging actor writes into the trial's staging folder, which Ray copies
+              into the experiment before the actors finish: the last trials' offline
+              runs were left behind in ``/tmp/ray``. Here W&B writes into the trial's
+              folder in the experiment itself (``wandb.init(dir=...)``; the actor runs on
+              the driver's node).
+            """
+
+            def _start_logging_actor(self, trial, exclude_results, **wandb_init_kwargs):
+                if trial.path and "dir" not in self.kwargs:
+                    os.makedirs(trial.path, exist_ok=True)
+                    wandb_init_kwargs["dir"] = trial.path
+                if not self._remote_logger_class:
+                    import ray
+                    from ray.air.util.node import _force_on_current_node
+
+                    env = {}
+                    key = os.environ.get("WANDB_API_KEY")
+                    if key and self.kwargs.get("mode", "online") == "online" and not _ray_started_here():
+                        env["WANDB_API_KEY"] = key
+                    # As Ray's own, but with that env.
+                    self._remote_logger_class = ray.remote(
+                        num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env},
+                        max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)
+                return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)
+
+            def setup(self, *args, **kwargs):
+                mode = self.kwargs.get("mode")
+                if mode not in ("offline", "disabled") or os.environ.get("WANDB_MODE") == mode:
+                    return super().setup(*args, **kwargs)
+                saved = os.environ.get("WANDB_MODE")
+                os.environ["WANDB_MODE"] = mode
+                try:
+                    return super().setup(*args, **kwargs)
+                finally:
+                    if saved is None:
+                        os.environ.pop("WANDB_MODE", None)
+                    else:
+                        os.environ["WANDB_MODE"] = saved
+
+        cls: type = WandbCallback
+    elif name == "MLflowCallback":
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        class MLflowCallback(MLflowLoggerCallback):
+            """Ray's ``MLflowLoggerCallback``; a file store in the spec is allowed.
+
+            MLflow 3 refuses a ``file:`` tracking URI unless ``MLFLOW_ALLOW_FILE_STORE``
+            is set; a spec that names one asks for it, so it is set (unless the
+            environment already says otherwise).
+            """
+
+            def setup(self, *args, **kwargs):
+                uri = self.tracking_uri or ""
+                if uri.startswith("file:") or (uri and "://" not in uri and ":" not in uri.split("/")[0]):
+                    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+                return super().setup(*args, **kwargs)
+
+        cls = MLflowCallback
+    else:
+        raise AttributeError(name)
+    cls.__module__ = __name__
+    cls.__qualname__ = name
+    _INTEGRATIONS[name] = cls
+    return cls
+
+
+def _ray_started_here() -> bool:
+    """Whether this process started the Ray it uses (its workers then inherit its environment)."""
+    import ray._private.worker as worker
+
+    node = getattr(worker, "_global_node", None)
+    return node is not None and bool(getattr(node, "all_processes", None))
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("WandbCallback", "MLflowCallback"):
+        return _integration_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------- progress line
+
+
+def progress_line(done: int, total: int, errored: int = 0, used_s: float | None = None,
+                  budget_s: float | None = None, metric: str | None = None, best: float | None = None,
+                  best_trial: str | None = None) -> str:
+    """The overall progress in one line.
+
+    Example: ``Progress: 12/32 trials done | 310/900 s of time budget | best
+    val_accuracy=0.9712 (trial abc_00003)``.
+
+    Args:
+        done: Trials that ended (TERMINATED or ERROR).
+        total: Trials the experiment will run.
+        errored: Trials among ``done`` that ended in ERROR.
+        used_s: Seconds of the time budget used (or run so far, without a budget).
+        budget_s: The time budget, or None.
+        metric: The spec's metric, or None.
+        best: The best value of ``metric`` so far, or None.
+        best_trial: The trial that reported it.
+    """
+    parts = [f"{done}/{total} trials done" + (f" ({errored} errored)" if errored else "")]
+    if used_s is not None:
+        parts.append(f"{used_s:.0f}/{budget_s:g} s of time budget" if budget_s else f"{used_s:.0f} s elapsed")
+    if metric:
+        parts.append(f"best {metric}={best:.6g} (trial {best_trial})" if best is not None
+                     else f"no {metric} reported yet")
+    return "Progress: " + " | ".join(parts)
+
+
+class ProgressLine(Callback):
+    """Print one line of overall progress every ``period_s`` seconds, under the table.
+
+    Trials done / total, the time budget used (summed over a run and its resumes, as
+    the :class:`~tuner.failures.ExperimentStopper` counts it) or the time elapsed, and
+    the best metric so far. The line is printed at the start of a Tune step, just
+    after the CLIReporter prints its table at the end of the previous one, so it never
+    lands inside a table. The first line comes one period after the start.
+
+    Args:
+        metric: The spec's metric, or None.
+        mode: ``min`` or ``max``.
+        time_budget_s: The spec's time budget, or None (a resume reads the current one
+            from ``tuner_run.json``).
+        period_s: Seconds between two lines (``reporting.cli.max_report_frequency``).
+    """
+
+    def __init__(self, metric: str | None, mode: str | None, time_budget_s: float | None, period_s: float):
+        self.metric = metric
+        self.mode = mode
+        self.time_budget_s = time_budget_s
+        self.period_s = period_s
+        self._total = 0
+        self._started = self._last = time.monotonic()
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
+        self._total = int(total_num_samples or 0)
+        self._started = self._last = time.monotonic()
+
+    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
+        now = time.monotonic()
+        if now - self._last < self.period_s or not trials:
+            return
+        self._last = now
+        print(self.line(trials), flush=True)
+
+    def line(self, trials: list) -> str:
+        """The progress line for these trials (Ray ``Trial`` objects)."""
+        statuses = [str(t.status) for t in trials]
+        done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
+        best = best_id = None
+        if self.metric:
+            for trial, status in zip(trials, statuses):
+                value = (trial.last_result or {}).get(self.metric)
+                if status == "ERROR" or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    continue
+                if best is None or (value < best if self.mode == "min" else value > best):
+                    best, best_id = value, trial.trial_id
+        used, budget = self._budget(trials)
+        return progress_line(done, max(self._total, len(trials)), statuses.count("ERROR"), used, budget,
+                             self.metric, best, best_id)
+
+    def _budget(self, trials: list) -> tuple[float, float | None]:
+        elapsed = time.monotonic() - self._started
+        path = Path(trials[0].path).parent if trials[0].path else None  # the experiment folder
+        budget = self.time_budget_s
+        if path is None:
+            return elapsed, budget
+        try:
+            budget = json.loads((path / "tuner_run.json").read_text()).get("time_budget_s", budget)
+        except (OSError, ValueError):
+            pass
+        if budget is None:
+            return elapsed, None
+        from tuner.failures import time_budget_used
+
+        used = time_budget_used(path)
+        return (elapsed if used is None else used), budget
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_total": 0}
 
 
 class log_to_file:  # noqa: N801 - used as a context manager, like open()

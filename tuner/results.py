@@ -25,6 +25,7 @@ import yaml
 from ray.tune import ResultGrid
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
 from tuner.space import plain
 from tuner.spec import Spec
 
@@ -253,14 +254,3 @@ def best_line(spec: Spec, result: TuneResult) -> str:
     shown = f"{value:.6g}" if isinstance(value, float) else value
     return f"Best trial {result.best_trial_id}: {spec.metric}={shown} config={result.best_config}"
 
-
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write a file so that a reader (or a crash) never sees it half written: write a
-    ``.tmp`` beside it, then rename over it (``os.replace`` is atomic on POSIX)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)

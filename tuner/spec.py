@@ -49,6 +49,7 @@ __all__ = [
     "SpecIssue",
     "load_spec",
     "resolve_trainable",
+    "check_extras",
     "DISTRIBUTION_TYPES",
     "SEARCH_ALGORITHMS",
     "SCHEDULER_TYPES",
@@ -569,24 +570,99 @@ class CLIReporting(_Model):
         metric_columns: Metrics shown as columns; defaults to ``metric`` and
             ``training_iteration``.
         max_report_frequency: Seconds between two tables.
+        progress: Print one overall progress line under the table, as often as the
+            table: trials done / total, the time budget used, the best metric so far.
     """
 
     enabled: bool = True
     metric_columns: list[str] | None = None
     max_report_frequency: int = Field(default=10, ge=1)
+    progress: bool = True
+
+
+class WandbReporting(_Model):
+    """Weights & Biases logging through Ray's ``WandbLoggerCallback``; needs ``pip install tuner[wandb]``.
+
+    One W&B run per trial, grouped by experiment. The API key comes only from the
+    environment (``WANDB_API_KEY``) or ``wandb login``; the spec has no key field.
+
+    Attributes:
+        project: The W&B project.
+        entity: The W&B team or user; None for the key's default entity.
+        group: Group of the trials' runs; None for the experiment name.
+        mode: ``online`` (upload), ``offline`` (write ``wandb/offline-run-*`` in each
+            trial folder, to upload later with ``wandb sync``) or ``disabled``.
+        tags: Tags for every run.
+        upload_checkpoints: Upload the trials' checkpoints as W&B artifacts.
+    """
+
+    project: str = Field(min_length=1)
+    entity: str | None = None
+    group: str | None = None
+    mode: Literal["online", "offline", "disabled"] = "online"
+    tags: list[str] | None = None
+    upload_checkpoints: bool = False
+
+
+class MLflowReporting(_Model):
+    """MLflow tracking through Ray's ``MLflowLoggerCallback``; needs ``pip install tuner[mlflow]``.
+
+    One MLflow run per trial: the config as params, every result as metrics by
+    iteration. A tracking token comes only from the environment (``MLFLOW_TRACKING_TOKEN``).
+
+    Attributes:
+        tracking_uri: Where runs go: ``file:./mlruns`` (a local file store), a database
+            URI or a tracking server's ``http(s)://`` address; None for MLflow's default.
+        experiment_name: The MLflow experiment; None for the experiment name.
+        tags: Tags for every run.
+        save_artifact: Also log each trial folder as the run's artifacts.
+    """
+
+    tracking_uri: str | None = None
+    experiment_name: str | None = None
+    tags: dict[str, str] | None = None
+    save_artifact: bool = False
 
 
 class Reporting(_Model):
-    """Where progress shows: the CLIReporter table (``cli``) and TensorBoard event files."""
+    """Where progress shows: the CLIReporter table (``cli``), TensorBoard event files, W&B and MLflow."""
 
     cli: CLIReporting = Field(default_factory=CLIReporting)
     tensorboard: bool = True
+    wandb: WandbReporting | None = None
+    mlflow: MLflowReporting | None = None
 
     @field_validator("cli", mode="before")
     @classmethod
     def _cli_flag(cls, value: Any) -> Any:
         """``cli: true|false`` is short for ``cli: {enabled: true|false}``."""
         return {"enabled": value} if isinstance(value, bool) else value
+
+
+_ADDRESS = re.compile(r"^(?:auto|ray://[^\s/:]+(?::\d+)?|[^\s/:]+:\d+)$")
+
+
+class RayConfig(_Model):
+    """Which Ray the experiment runs on.
+
+    Attributes:
+        address: A running Ray cluster to connect to: ``auto`` (the cluster this
+            machine belongs to), ``host:port`` (the head's GCS port, 6379 by default) or
+            ``ray://host:10001`` (Ray Client). None starts an embedded local Ray.
+            ``--address`` and the ``RAY_ADDRESS`` environment variable take precedence.
+    """
+
+    address: str | None = None
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not _ADDRESS.match(value):
+            hint = (" An http:// address is the dashboard's, for `tuner submit --address`; `tuner run` takes the "
+                    "head's GCS address." if value.startswith(("http://", "https://")) else "")
+            raise PydanticCustomError(
+                "tuner_spec", f"address must be 'auto', 'host:port' or 'ray://host:port', but got {value!r}.{hint}")
+        return value
 
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -617,6 +693,7 @@ class Spec(_Model):
     resources: Resources = Field(default_factory=Resources)
     reporting: Reporting = Field(default_factory=Reporting)
     storage: str = "runs"
+    ray: RayConfig = Field(default_factory=RayConfig)
     failure: Failure = Field(default_factory=Failure)
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
     trial_timeout_s: float | None = Field(default=None, gt=0)
@@ -646,6 +723,31 @@ class Spec(_Model):
                 f"name may hold only letters, digits, '.', '_' and '-' (no '/', not '..'), but got {value!r}.",
             )
         return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
+        if scheme and scheme.group(1).lower() != "file":
+            raise PydanticCustomError(
+                "tuner_spec",
+                f"storage takes a folder (local, or shared by every node: NFS, a mounted bucket) or a file:// URI, "
+                f"but got {value!r}; {scheme.group(1)}:// storage is not supported yet: mount the bucket (s3fs, "
+                "gcsfuse) and give the mount's path.")
+        if scheme and not value[len("file://"):].startswith("/"):
+            raise PydanticCustomError("tuner_spec", f"a file:// URI needs an absolute path (file:///data/runs), "
+                                      f"but got {value!r}.")
+        return value
+
+    @property
+    def storage_dir(self) -> Path:
+        """``storage`` as an absolute local folder (a ``file://`` URI becomes its path)."""
+        value = self.storage
+        if value.lower().startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            value = unquote(urlparse(value).path)
+        return Path(value).expanduser().resolve()
 
     @field_validator("trainable")
     @classmethod
@@ -1091,3 +1193,34 @@ def _import_file(file: Path):
     sys.modules[name] = module
     module_spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+# --------------------------------------------------------------------------- optional extras
+
+_EXTRAS = {"wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}  # spec key -> (module, extra)
+
+
+def check_extras(spec: Spec) -> None:
+    """Check that the packages of the integrations the spec enables are installed.
+
+    ``reporting.wandb`` needs ``wandb`` (``pip install tuner[wandb]``), ``reporting.mlflow``
+    needs ``mlflow`` (``pip install tuner[mlflow]``). Nothing is imported: a missing
+    package is found before Ray starts.
+
+    Args:
+        spec: The validated spec.
+
+    Raises:
+        SpecError: Naming the first missing package and the command that installs it.
+    """
+    for key, (module, extra) in _EXTRAS.items():
+        if getattr(spec.reporting, key) is None:
+            continue
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken or blocked package
+            found = False
+        if not found:
+            raise spec.error(f"reporting.{key}", f"reporting.{key} needs the {module} package, which is not "
+                             f"installed; install it with `pip install tuner[{extra}]` (or `pip install -e "
+                             f"\".[{extra}]\"` in a checkout), or remove reporting.{key} from the spec.")
