@@ -169,7 +169,8 @@ def test_existing_experiment_folder_is_refused(ray_local, tmp_path):
 
 
 def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path):
-    with pytest.raises(SpecError, match=r"resources.cpu: one trial asks for 3 CPU, but the running Ray cluster has 2"):
+    with pytest.raises(SpecError,
+                       match=r"resources.cpu: one trial asks for 3 CPU, but the running Ray cluster \(1 node\) has 2"):
         tune_model(base(tmp_path, resources={"cpu": 3}))
     assert not (tmp_path / "t").exists()
 
