@@ -1,0 +1,183 @@
+"""Helpers shared by the benchmark scripts: the machine line, Markdown sections,
+timed subprocesses, and the interquartile mean with its bootstrap interval."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+IMG = ROOT / "docs" / "img"
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_model() -> str:
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout.strip()
+            if out:
+                return "; ".join(line.split(" (UUID")[0] for line in out.splitlines())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return "no GPU"
+
+
+def load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def code_version() -> str:
+    """``tuner <commit>``, noting uncommitted changes under ``tuner/`` (what was measured)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "tuner"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "tuner (version unknown)"
+    if not sha:
+        return "tuner (version unknown)"
+    return f"tuner {sha}" + (" with uncommitted changes in tuner/" if dirty else "")
+
+
+def machine_line(load_before: float | None = None, load_after: float | None = None, version: str | None = None) -> str:
+    """``Machine: 2 cores, AMD EPYC, no GPU, 23 GiB; Python ..., Ray ..., tuner ...; load ...``.
+
+    ``load_after`` defaults to the load now, ``version`` to :func:`code_version` now.
+    """
+    import ray
+
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        mem_text = f", {mem:.0f} GiB RAM"
+    except (ValueError, OSError):
+        mem_text = ""
+    after = load_average() if load_after is None else load_after
+    load = f"; 1-minute load average {load_before:.2f} at the start, {after:.2f} at the end" \
+        if load_before is not None else ""
+    return (f"Machine: {os.cpu_count()} cores, {cpu_model()}, {gpu_model()}{mem_text}; Python "
+            f"{platform.python_version()}, Ray {ray.__version__}, {version or code_version()}{load}.")
+
+
+def write_section(path: Path | None, heading: str, body: str) -> None:
+    """Put ``## heading`` + body into the Markdown file: replace the section with the
+    same heading (up to the next ``## ``), or append it."""
+    text = f"## {heading}\n\n{body.rstrip()}\n"
+    print(text, flush=True)
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: text + "\n", old, count=1).rstrip() + "\n"
+    else:
+        new = old.rstrip() + "\n\n" + text
+    path.write_text(new, encoding="utf-8")
+
+
+def run_timed(cmd: list[str], timings_file: Path, env: dict | None = None, timeout: float = 3600,
+              cwd: Path = ROOT) -> dict:
+    """Run a benchmark side in a subprocess; return its timings.
+
+    The parent's clock starts just before the process is created and stops when it has
+    exited: ``wall_s`` is the whole command as a user sees it (interpreter, imports,
+    Ray start-up and shutdown included). The child writes its own figures (``fit_s``,
+    ``maxrss_kb`` ...) as JSON to ``timings_file`` (``BENCH_TIMINGS`` in its environment).
+    """
+    full_env = {**os.environ, **(env or {}), "BENCH_TIMINGS": str(timings_file)}
+    full_env.setdefault("PYTHONPATH", str(ROOT))
+    launched = time.time()
+    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    ended = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    data = json.loads(Path(timings_file).read_text()) if Path(timings_file).exists() else {}
+    data.update({"launched": launched, "ended": ended, "wall_s": ended - launched})
+    return data
+
+
+def write_timings(extra: dict) -> None:
+    """Child side of :func:`run_timed`: write figures to ``$BENCH_TIMINGS``."""
+    import resource
+
+    path = os.environ.get("BENCH_TIMINGS")
+    if not path:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    extra = {**extra, "maxrss_kb": usage.ru_maxrss, "cpu_s": usage.ru_utime + usage.ru_stime}
+    Path(path).write_text(json.dumps(extra))
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def iqm(values, axis=0):
+    """Interquartile mean: the mean of the middle 50 % (``scipy.stats.trim_mean(x, 0.25)``)."""
+    import numpy as np
+
+    try:
+        from scipy.stats import trim_mean
+
+        return trim_mean(values, 0.25, axis=axis)
+    except ImportError:  # the same: sort, drop a quarter at each end, average
+        a = np.sort(np.asarray(values, dtype=float), axis=axis)
+        n = a.shape[axis]
+        k = int(0.25 * n)
+        return np.take(a, range(k, n - k), axis=axis).mean(axis=axis)
+
+
+def iqm_bootstrap(values, reps: int = 1000, seed: int = 0):
+    """IQM over seeds (axis 0) with a 95 % percentile bootstrap interval (seeds resampled
+    with replacement), as Syne Tune's ``iqm_bootstrap`` aggregation.
+
+    Args:
+        values: Array (seeds, points).
+
+    Returns:
+        ``(iqm, low, high)``, each of shape (points,).
+    """
+    import numpy as np
+
+    a = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, a.shape[0], size=(reps, a.shape[0]))
+    boots = np.stack([iqm(a[i], axis=0) for i in idx])
+    return iqm(a, axis=0), np.percentile(boots, 2.5, axis=0), np.percentile(boots, 97.5, axis=0)
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+def python() -> str:
+    return sys.executable

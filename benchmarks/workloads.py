@@ -1,0 +1,357 @@
+"""Train functions and objectives shared by the benchmarks.
+
+They live in a real module (not in the scripts) because Ray's workers import a train
+function by its module name: run the benchmarks from the repository root.
+
+* :func:`trivial`: no work, ``config["results"]`` reports (overhead, benchmark 1).
+* :func:`one_second`: Ray's bookkeeping release test trial: report, then sleep 1 s
+  (``ray.tune.utils.release_test_util.function_trainable``; benchmark 2).
+* :func:`search_objective`: one of three analytic multi-fidelity objectives, one
+  report per fidelity step, charged against a global iteration budget (benchmark 3):
+
+  - ``mfh6``: MF-Hartmann 6-D, the generator of mf-prior-bench
+    (``mfpbench/synthetic/hartmann/generators.py``, ``MFHartmann6``; default preset
+    bias 0.5, noise 0.1), fidelity z = 1..100; at z = 100 it is the Hartmann 6-D
+    function, minimum -3.32237 at (0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573).
+  - ``counting_ones``: the toy of the BOHB paper (Falkner, Klein & Hutter, ICML 2018,
+    "counting ones"): 8 binary categorical and 8 continuous parameters in [0, 1];
+    f(x) = -(sum of the categoricals + sum over the continuous x_j of E[Bernoulli(x_j)]),
+    the expectation estimated from b samples per parameter, the budget. Budgets 9..729
+    samples as in the paper: step t = 1..81 uses 9 t samples. Minimum -16.
+  - ``lc_toy``: Ray Tune's learning-curve toy (``ray/tune/examples/tune_basic_example.py``
+    and ``optuna_example.py``: ``evaluation_fn(step, width, height) =
+    (0.1 + width * step / 100) ** -1 + height * 0.1``, 100 steps, width in [0, 20],
+    height in [-100, 100], minimised). Minimum at step 99, width 20, height -100:
+    1 / 19.9 - 10 = -9.949749.
+
+Every objective is cheap and sleeps nowhere; the value at step t is a pure function of
+the config and t, so a paused and resumed trial (Hyperband, BOHB) continues from the
+step in its checkpoint and sees the same values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import time
+import warnings
+import zlib
+
+import numpy as np
+
+# --------------------------------------------------------------------------- overhead
+
+
+def _stamp(config: dict) -> None:
+    """Record when the first trial started and which worker process ran it.
+
+    ``<stamp_dir>/first_trial`` holds the wall clock of the first trial's start (created
+    once, by whichever trial comes first); ``<stamp_dir>/pid_<pid>`` marks each process
+    that ran a trial, so the number of files is the number of trial actors (1 per slot
+    when actors are reused).
+    """
+    folder = config.get("stamp_dir")
+    if not folder:
+        return
+    now = time.time()
+    try:
+        fd = os.open(os.path.join(folder, "first_trial"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        pass
+    else:
+        os.write(fd, repr(now).encode())
+        os.close(fd)
+    pid_file = os.path.join(folder, f"pid_{os.getpid()}")
+    if not os.path.exists(pid_file):
+        open(pid_file, "w").close()
+
+
+def trivial(config: dict) -> None:
+    """A trial that does no work: ``config["results"]`` reports of a made-up loss."""
+    from ray import tune
+
+    _stamp(config)
+    x = float(config.get("x", 0.0))
+    for i in range(int(config.get("results", 10))):
+        tune.report({"loss": (x - 0.3) ** 2 + 1.0 / (i + 1)})
+
+
+def one_second(config: dict) -> None:
+    """Ray's release-test trial (``trial_length_s=1``, ``results_per_second=1``):
+    one report, then one second of sleep."""
+    from ray import tune
+
+    _stamp(config)
+    for i in range(int(config.get("num_iters", 1))):
+        tune.report({"score": i + float(config.get("score", 0.0))})
+        time.sleep(float(config.get("sleep_time", 1.0)))
+
+
+# --------------------------------------------------------------------------- objectives
+
+HARTMANN6_OPTIMUM_X = (0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573)
+_H6_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+_H6_A = np.array([
+    [10, 3, 17, 3.5, 1.7, 8],
+    [0.05, 10, 17, 0.1, 8, 14],
+    [3, 3.5, 1.7, 10, 17, 8],
+    [17, 8, 0.05, 10, 0.1, 14],
+], dtype=float)
+_H6_P = np.array([
+    [1312, 1696, 5569, 124, 8283, 5886],
+    [2329, 4135, 8307, 3736, 1004, 9991],
+    [2348, 1451, 3522, 2883, 3047, 6650],
+    [4047, 8828, 8732, 5743, 1091, 381],
+], dtype=float)
+
+
+def mf_hartmann6(xs: tuple[float, ...], z: int, *, z_min: int = 1, z_max: int = 100, bias: float = 0.5,
+                 noise: float = 0.1, seed: int = 1337) -> float:
+    """MF-Hartmann 6-D at fidelity ``z``, as mf-prior-bench's ``MFHartmann6.__call__``.
+
+    ``alpha' = alpha - bias * (1 - s)`` and ``noise * |N(0, 1)| * (1 - s)``, with
+    ``s = (log z - log z_min) / (log z_max - log z_min)``; the noise is seeded by
+    ``seed * z * hash(xs)`` (float tuples hash the same in every process). At
+    ``z = z_max`` both terms vanish: the plain Hartmann 6-D function. Both terms only
+    raise the value, so a low fidelity never looks better than the true function.
+    """
+    xs = tuple(float(v) for v in xs)
+    s = (math.log(z) - math.log(z_min)) / (math.log(z_max) - math.log(z_min))
+    x = np.array(xs).reshape(1, -1)
+    alpha_prime = _H6_ALPHA - bias * (1 - s)
+    inner = np.sum(_H6_A * (x[:, np.newaxis, :] - 0.0001 * _H6_P) ** 2, axis=-1)
+    h = -(np.sum(alpha_prime * np.exp(-inner), axis=-1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the seed overflows, as in mf-prior-bench
+        rng = np.random.default_rng(seed=abs(seed * z * hash(xs)))
+    eps = np.abs(rng.normal(size=h.size)) * noise * (1 - s)
+    return float((h + eps)[0])
+
+
+def lc_toy(step: int, width: float, height: float) -> float:
+    """Ray Tune's ``evaluation_fn`` (tune_basic_example.py), without its sleep."""
+    return (0.1 + width * step / 100) ** (-1) + height * 0.1
+
+
+COUNTING_ONES_SAMPLES_PER_STEP = 9  # budgets 9, 18, ..., 729 samples (BOHB paper: 9..729)
+
+
+def _config_seed(values: tuple[float, ...], seed: int) -> int:
+    return zlib.crc32(struct.pack(f"{len(values)}d", *values)) ^ (seed * 0x9E3779B1 & 0xFFFFFFFF)
+
+
+class Objective:
+    """One analytic benchmark objective.
+
+    Attributes:
+        name: Short name used on the command line.
+        title: Name in tables and plots.
+        max_t: The highest fidelity, in steps (one report per step).
+        optimum: The minimum of the full-fidelity, noiseless function.
+        param_space: The tuner spec's ``param_space``.
+    """
+
+    name: str
+    title: str
+    max_t: int
+    optimum: float
+    param_space: dict
+
+    def values(self, config: dict, seed: int) -> "StepValues":
+        """A callable step -> reported value for this config (1 <= step <= max_t)."""
+        raise NotImplementedError
+
+    def true_value(self, config: dict) -> float:
+        """The full-fidelity, noiseless value: what regret is measured on."""
+        raise NotImplementedError
+
+
+class StepValues:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, step: int) -> float:
+        return self.fn(step)
+
+
+class MFHartmann6(Objective):
+    name, title, max_t = "mfh6", "MF-Hartmann 6-D", 100
+    optimum = -3.32237
+    param_space = {f"X_{i}": {"type": "uniform", "low": 0.0, "high": 1.0} for i in range(6)}
+
+    def _xs(self, config: dict) -> tuple[float, ...]:
+        return tuple(float(config[f"X_{i}"]) for i in range(6))
+
+    def values(self, config, seed):
+        xs = self._xs(config)
+        return StepValues(lambda t: mf_hartmann6(xs, t, z_max=self.max_t))
+
+    def true_value(self, config):
+        return mf_hartmann6(self._xs(config), self.max_t, z_max=self.max_t)
+
+
+class CountingOnes(Objective):
+    name, title, max_t = "counting_ones", "Counting ones (8+8)", 81
+    optimum = -16.0
+    n_cat = n_cont = 8
+    param_space = {
+        **{f"c_{i}": {"type": "choice", "values": [0, 1]} for i in range(8)},
+        **{f"x_{i}": {"type": "uniform", "low": 0.0, "high": 1.0} for i in range(8)},
+    }
+
+    def _split(self, config):
+        cats = [int(config[f"c_{i}"]) for i in range(self.n_cat)]
+        conts = [float(config[f"x_{i}"]) for i in range(self.n_cont)]
+        return cats, conts
+
+    def values(self, config, seed):
+        cats, conts = self._split(config)
+        # The same samples for a config every time it is (re)started: a resumed trial
+        # goes on with the estimate it had.
+        rng = np.random.default_rng(_config_seed(tuple(cats) + tuple(conts), seed))
+        n = COUNTING_ONES_SAMPLES_PER_STEP * self.max_t
+        draws = rng.random((self.n_cont, n)) < np.array(conts)[:, None]
+        running = np.cumsum(draws, axis=1)
+        cat_sum = float(sum(cats))
+
+        def value(t: int) -> float:
+            b = COUNTING_ONES_SAMPLES_PER_STEP * t
+            return -(cat_sum + float(np.sum(running[:, b - 1])) / b)
+
+        return StepValues(value)
+
+    def true_value(self, config):
+        cats, conts = self._split(config)
+        return -(float(sum(cats)) + float(sum(conts)))
+
+
+class LCToy(Objective):
+    name, title, max_t = "lc_toy", "Ray Tune learning-curve toy", 100
+    optimum = lc_toy(99, 20.0, -100.0)
+    param_space = {"width": {"type": "uniform", "low": 0.0, "high": 20.0},
+                   "height": {"type": "uniform", "low": -100.0, "high": 100.0}}
+
+    def values(self, config, seed):
+        w, h = float(config["width"]), float(config["height"])
+        return StepValues(lambda t: lc_toy(t - 1, w, h))  # step t reports evaluation_fn(t - 1)
+
+    def true_value(self, config):
+        return lc_toy(self.max_t - 1, float(config["width"]), float(config["height"]))
+
+
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (MFHartmann6(), CountingOnes(), LCToy())}
+
+RECORD_BYTES = 96  # one fixed-size line per step in the budget file
+
+
+class BudgetExhausted(RuntimeError):
+    """The experiment's iteration budget is spent: this trial's step was not run.
+
+    With ``failure.fail_fast: true`` the first one ends the experiment.
+    """
+
+
+def _charge(path: str, budget: int, trial_id: str, step: int, value: float, true_value: float) -> int:
+    """Append one step's record to the experiment's budget file; return its rank (1-based).
+
+    ``O_APPEND`` writes of one short record are atomic, so the file is the global,
+    ordered log of every step any trial ran. Raises BudgetExhausted past ``budget``.
+    """
+    line = f"{trial_id} {step} {value!r} {true_value!r}".encode()
+    line = line[:RECORD_BYTES - 1].ljust(RECORD_BYTES - 1) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        rank = os.lseek(fd, 0, os.SEEK_CUR) // RECORD_BYTES
+    finally:
+        os.close(fd)
+    if rank > budget:
+        raise BudgetExhausted(f"the budget of {budget} steps is spent")
+    return rank
+
+
+def search_objective(config: dict) -> None:
+    """One trial of an analytic objective: one report of ``loss`` per fidelity step.
+
+    ``config`` holds the objective's parameters plus ``objective`` (a name in
+    :data:`OBJECTIVES`), ``budget_file`` and ``budget`` (the experiment's total steps),
+    ``seed``, and ``checkpoint_at``: the steps at which a scheduler may pause the trial
+    (Hyperband's and BOHB's milestones), where it reports a checkpoint holding its step.
+    """
+    from ray import tune
+
+    obj = OBJECTIVES[config["objective"]]
+    values = obj.values(config, int(config.get("seed", 0)))
+    true_value = obj.true_value(config)
+    trial_id = tune.get_context().get_trial_id()
+    start = 1
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            with open(os.path.join(folder, "step.json"), encoding="utf-8") as f:
+                start = json.load(f)["step"] + 1
+    pause_at = set(config.get("checkpoint_at") or ())
+    for t in range(start, obj.max_t + 1):
+        value = values(t)
+        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, value, true_value)
+        metrics = {"loss": value, "budget_used": rank, "step": t}
+        if t in pause_at and t < obj.max_t:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as folder:
+                with open(os.path.join(folder, "step.json"), "w", encoding="utf-8") as f:
+                    json.dump({"step": t}, f)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+        else:
+            tune.report(metrics)
+
+
+def read_budget_file(path: str) -> list[tuple[str, int, float, float]]:
+    """The steps of an experiment in the order they ran: ``(trial_id, step, value, true_value)``."""
+    out = []
+    try:
+        data = open(path, "rb").read()
+    except OSError:
+        return out
+    for i in range(len(data) // RECORD_BYTES):
+        trial_id, step, value, true_value = data[i * RECORD_BYTES:(i + 1) * RECORD_BYTES].decode().split()
+        out.append((trial_id, int(step), float(value), float(true_value)))
+    return out
+
+
+# --------------------------------------------------------------------------- MNIST
+
+
+def mnist_logged(config: dict) -> None:
+    """``examples/mnist.py:train`` unchanged, with the wall clock of each report appended
+    to ``config["report_log"]`` (one line: time, trial id, epoch, val_accuracy), so that
+    the epochs and seconds an experiment spent before a given accuracy can be counted
+    across its trials in the order the results arrived."""
+    from ray import tune
+
+    from examples import mnist
+    from tuner import trial
+
+    log = config.get("report_log")
+    trial_id = tune.get_context().get_trial_id() if trial.in_tune() else "local"
+    original = trial.report
+
+    def report(metrics, checkpoint_dir=None):
+        # Logged before handing the result to Ray: a trial stopped at this result (ASHA,
+        # the stop criteria) never returns from the call.
+        if log:
+            line = f"{time.time()!r} {trial_id} {metrics.get('epoch')} {float(metrics.get('val_accuracy'))!r}\n"
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        original(metrics, checkpoint_dir)
+
+    trial.report = report
+    try:
+        mnist.train({k: v for k, v in config.items() if k != "report_log"})
+    finally:
+        trial.report = original
