@@ -73,7 +73,7 @@ def _stamps(stamp_dir: Path, launched: float) -> tuple[float, int]:
 
 
 def run_tuner(work: Path, tag: str, trials: int, results: int, search: dict, scheduler: dict,
-              num_cpus: int, simulate_fixes: bool = False) -> dict:
+              num_cpus: int) -> dict:
     import yaml
 
     stamp = work / f"stamp_{tag}"
@@ -82,7 +82,7 @@ def run_tuner(work: Path, tag: str, trials: int, results: int, search: dict, sch
     spec_file.write_text(yaml.safe_dump(tuner_spec(tag, work / "runs", trials, results, search, scheduler, stamp)))
     load = load_average()
     t = run_timed([python(), "benchmarks/timed_cli.py", "run", str(spec_file), "--num-cpus", str(num_cpus)],
-                  work / f"{tag}.json", env={"BENCH_SIMULATE_FIXES": "1" if simulate_fixes else "0"})
+                  work / f"{tag}.json")
     t["load"] = load
     t["first_trial_s"], t["actors"] = _stamps(stamp, t["launched"])
     with open(work / "runs" / tag / "results.csv", newline="") as f:
@@ -134,9 +134,6 @@ def main(argv=None) -> None:
                         help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--validate-repeats", type=int, default=3)
-    parser.add_argument("--simulated-fixes", action="store_true",
-                        help="add a third side to each pair, A' = tuner run with the proposed driver-side fixes "
-                             "applied from outside (see benchmarks/timed_cli.py); turns A, B, A'")
     parser.add_argument("--output", type=Path, default=None, help="Markdown file to write the section into")
     args = parser.parse_args(argv)
     chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -145,7 +142,7 @@ def main(argv=None) -> None:
         parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
 
     load_before = load_average()
-    rows, summary, fixed = [], [], []
+    rows, summary = [], []
     with tempfile.TemporaryDirectory(prefix="tuner-bench-overhead-") as tmp:
         work = Path(tmp)
         validate_times, started_ray = time_validate(work, args.validate_repeats)
@@ -156,10 +153,6 @@ def main(argv=None) -> None:
                 key = f"{w.split()[-1].lower()}_{p}"
                 a = run_tuner(work, f"a_{key}", args.trials, args.results, search, sched, args.num_cpus)
                 b = run_raw(work, f"b_{key}", args.trials, args.results, raw_search, raw_sched, args.num_cpus)
-                if args.simulated_fixes:
-                    f = run_tuner(work, f"f_{key}", args.trials, args.results, search, sched, args.num_cpus,
-                                  simulate_fixes=True)
-                    fixed.append((w, p + 1, f, b))
                 wall_ratios.append(a["wall_s"] / b["wall_s"])
                 fit_ratios.append(a["fit_s"] / b["fit_s"])
                 cpu_ratios.append(a["cpu_s"] / b["cpu_s"])
@@ -173,7 +166,7 @@ def main(argv=None) -> None:
     lines = [
         machine_line(load_before),
         f"Command: `python benchmarks/overhead.py --trials {args.trials} --results {args.results} "
-        f"--pairs {args.pairs} --num-cpus {args.num_cpus}{' --simulated-fixes' if args.simulated_fixes else ''}`. "
+        f"--pairs {args.pairs} --num-cpus {args.num_cpus}`. "
         f"A = `tuner run` (`python -m tuner`, `reporting: {{cli: false}}`), B = the plain Ray Tune script "
         f"`benchmarks/raw_ray.py` (`verbose=0`); {args.trials} trials x {args.results} results of a train "
         f"function that does no work, 1 CPU a trial on {args.num_cpus} CPUs, actor reuse on in both, run in "
@@ -194,21 +187,6 @@ def main(argv=None) -> None:
                      f"{a['first_trial_s']:.2f} | {b['first_trial_s']:.2f} | "
                      f"{a['last_iterations']} / {b['last_iterations']} | {a['actors']} / {b['actors']} | "
                      f"{a['load']:.1f}, {b['load']:.1f} |")
-    if fixed:
-        lines += ["", "A' = `tuner run` with the two proposed driver-side fixes applied from outside "
-                  "(`BENCH_SIMULATE_FIXES=1`, see `benchmarks/timed_cli.py`), run right after B of the same pair:",
-                  "", "| workload | pair | A' wall (s) | wall A'/B | A' fit (s) | fit A'/B | A' driver CPU (s) | "
-                  "driver CPU A'/B | A' first trial (s) |", "|---|---|---|---|---|---|---|---|---|"]
-        for w, p, f, b in fixed:
-            lines.append(f"| {w} | {p} | {f['wall_s']:.1f} | {f['wall_s'] / b['wall_s']:.3f} | {f['fit_s']:.1f} | "
-                         f"{f['fit_s'] / b['fit_s']:.3f} | {f['cpu_s']:.1f} | {f['cpu_s'] / b['cpu_s']:.3f} | "
-                         f"{f['first_trial_s']:.2f} |")
-        for w in chosen:
-            mine = [(f, b) for ww, _, f, b in fixed if ww == w]
-            lines.append(f"| {w} | median | | {median([f['wall_s'] / b['wall_s'] for f, b in mine]):.3f} | | "
-                         f"{median([f['fit_s'] / b['fit_s'] for f, b in mine]):.3f} | | "
-                         f"{median([f['cpu_s'] / b['cpu_s'] for f, b in mine]):.3f} | "
-                         f"{median([f['first_trial_s'] for f, b in mine]):.2f} |")
     lines += ["", "| workload | median wall A/B | median fit A/B | median driver CPU A/B | median first trial A (s) | "
               "median first trial B (s) | target wall A/B <= 1.05 |", "|---|---|---|---|---|---|---|"]
     for w, wr, fr, cr, fa, fb in summary:

@@ -6,13 +6,6 @@ place it is instrumented: a wrapper around ``ray.tune.Tuner.fit``) and the peak 
 this driver process.
 
     python benchmarks/timed_cli.py run SPEC.yaml --num-cpus 2
-
-With ``BENCH_SIMULATE_FIXES=1`` it first applies, from outside, the two driver-side fixes
-that docs/benchmarks.md proposes for tuner, so that their effect can be measured before
-tuner has them: ``import torch`` fails in this driver (tuner then counts no GPU
-instead of importing torch, 1.3-1.8 s here, to count them), and Ray's callback usage tag
-(``ray.air._internal.usage.tag_callbacks``, which imports the wandb, MLflow, Comet and
-Aim integrations, about 2 s here, whenever callbacks are passed) does nothing.
 """
 
 from __future__ import annotations
@@ -30,14 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str]) -> None:
     from benchmarks._common import write_timings
 
-    import os
-
     timings: dict = {"started": STARTED}
-    if os.environ.get("BENCH_SIMULATE_FIXES") == "1":
-        sys.modules["torch"] = None  # type: ignore[assignment]  # "import torch" raises ImportError
-        import ray.air._internal.usage as air_usage
-
-        air_usage.tag_callbacks = lambda callbacks: False
     if argv and argv[0] == "run":
         import ray.tune
 

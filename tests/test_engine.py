@@ -210,3 +210,35 @@ def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, tmp_path)
     assert set(df.loc[hung, "status"]) == {"ERROR"} and set(df.loc[~hung, "status"]) == {"TERMINATED"}
     assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
                                      "trial_timeout_s=10 s and was ended") for e in result.summary["errors"])
+
+
+LEAN_TAG = r"""
+import json, sys
+import ray.air._internal.usage as air_usage
+from ray._common.usage import usage_lib
+from tuner.engine import _lean_callback_usage_tag
+from tuner.failures import ExperimentStopper, StateSnapshots
+from ray.tune import Callback
+from ray.tune.logger import CSVLoggerCallback, LoggerCallback
+
+class Mine(Callback): pass
+class MyLogger(LoggerCallback): pass
+
+callbacks = [CSVLoggerCallback(), Mine(), MyLogger(), StateSnapshots("/nonexistent"), "not a callback"]
+_lean_callback_usage_tag()
+air_usage.tag_callbacks(callbacks)
+lean = usage_lib._recorded_extra_usage_tags["air_callbacks"]
+heavy = sys.modules.get("mlflow") is not None or sys.modules.get("wandb") is not None
+print(json.dumps({"lean": json.loads(lean), "ray": air_usage._count_callbacks(callbacks), "imported": heavy}))
+"""
+
+
+def test_callback_usage_tag_counts_like_ray_without_importing_wandb_or_mlflow():
+    """Ray's tag imports its W&B/MLflow integrations (1.3 s); tuner's gives the same counts."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LEAN_TAG], capture_output=True, text=True, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["imported"] is False
+    assert got["lean"] == got["ray"] == {"CSVLoggerCallback": 1, "CustomCallback": 2, "CustomLoggerCallback": 1}
