@@ -171,12 +171,9 @@ def iqm_bootstrap(values, reps: int = 1000, seed: int = 0):
 
 
 def have_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401
+    import importlib.util
 
-        return True
-    except ImportError:
-        return False
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def python() -> str:

@@ -31,7 +31,8 @@ def _bad_input(err: Exception) -> None:
 
 
 _run_options = [
-    click.option("--storage", type=str, default=None, help="Parent folder of the experiment (overrides spec.storage)."),
+    click.option("--storage", type=str, default=None, help="Parent folder of the experiment, or a cloud URI such as s3://bucket/runs "
+                 "(overrides spec.storage)."),
     click.option("--name", type=str, default=None, help="Experiment name (overrides spec.name)."),
     click.option("--num-samples", type=int, default=None, help="Trials to sample (overrides spec.num_samples)."),
     click.option("--num-cpus", type=float, default=None, help="CPUs of the local Ray (default: all)."),
@@ -138,7 +139,10 @@ def _interrupted(path) -> None:
 
 def _finish(result) -> None:
     """Print the closing lines of a run and exit with its code."""
-    click.echo(f"Results: {result.experiment_path} (summary.json, results.csv"
+    where = result.experiment_path
+    if result.summary.get("location"):
+        where = f"{result.summary['location']} (local mirror: {result.experiment_path})"
+    click.echo(f"Results: {where} (summary.json, results.csv"
                f"{', best_config.yaml' if result.best_config is not None else ''})")
     if result.interrupted:
         _interrupted(result.experiment_path)
@@ -157,7 +161,7 @@ def _finish(result) -> None:
 
 
 @cli.command()
-@click.argument("experiment", metavar="EXPERIMENT_DIR", type=click.Path(file_okay=False))
+@click.argument("experiment", metavar="EXPERIMENT_DIR", type=str)
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
               help="The spec to resume with (default: its original file if it still exists, else the copy "
                    "saved in the experiment). It must match the experiment's.")
@@ -195,7 +199,8 @@ _JOBS_ADDRESS = click.option("--address", type=str, default=None,
               help="Folder uploaded with the job; SPEC must lie inside it (default: the current folder).")
 @click.option("--pip", "pip", multiple=True, metavar="PACKAGE", help="A package the job installs. Repeatable.")
 @click.option("--storage", type=str, default=None,
-              help="Where results land: a folder every node shares, or a file:// URI (overrides spec.storage).")
+              help="Where results land: a folder every node shares, a file:// URI or a cloud URI "
+                   "(s3://, gs://, ...; overrides spec.storage).")
 @click.option("--name", type=str, default=None, help="Experiment name (overrides spec.name).")
 @click.option("--num-samples", type=int, default=None, help="Trials to sample (overrides spec.num_samples).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="As for `tuner run`. Repeatable.")
@@ -295,7 +300,7 @@ def report(experiment, fmt, output, top) -> None:
     from tuner.report import ReportError, load_experiment, render, write_html
 
     try:
-        exp = load_experiment(experiment)
+        exp = load_experiment(_local_copy(experiment))
     except ReportError as err:
         _bad_input(err)
     if fmt == "html":
@@ -314,6 +319,20 @@ def report(experiment, fmt, output, top) -> None:
         click.echo(text, nl=False)
 
 
+def _local_copy(experiment: str) -> str:
+    """A cloud experiment URI: download it (but checkpoints) into its local mirror and give that."""
+    from tuner.storage import StorageError, download, is_remote, mirror_dir
+
+    if not is_remote(experiment):
+        return experiment
+    mirror = mirror_dir(experiment)
+    try:
+        download(experiment, mirror)
+    except StorageError as err:
+        _bad_input(err)
+    return str(mirror)
+
+
 @cli.command("list")
 @click.argument("storage", metavar="[STORAGE]", type=click.Path(), default="runs")
 def list_command(storage) -> None:
@@ -322,7 +341,13 @@ def list_command(storage) -> None:
     One line each: name, status, trials, best metric, start time.
     """
     from tuner.report import ReportError, list_experiments, render_list
+    from tuner.storage import StorageError, experiments_mirror, is_remote
 
+    try:
+        if is_remote(storage):
+            storage = experiments_mirror(storage)
+    except StorageError as err:
+        _bad_input(err)
     try:
         click.echo(render_list(list_experiments(storage)), nl=False)
     except ReportError as err:

@@ -219,10 +219,11 @@ def submit_job(
         raise SpecError([SpecIssue("", f"the spec {spec_file} lies outside the working directory {workdir}, so it "
                                    "would not reach the cluster; put it inside, or pass --working-dir.")],
                         str(spec_path)) from None
-    if not spec.storage.lower().startswith("file://") and not Path(spec.storage).expanduser().is_absolute():
+    if not spec.storage.lower().startswith("file://") and not spec.remote_storage \
+            and not Path(spec.storage).expanduser().is_absolute():
         raise spec.error("storage", f"storage {spec.storage!r} is relative, so the results would land in the job's "
                          "temporary working directory on the head node; give --storage an absolute folder that "
-                         "every node shares (or a file:// URI).")
+                         "every node shares, a file:// URI or a cloud URI (s3://, gs://, ...).")
     client = job_client(address)
     entry = ["python", "-m", "tuner", "run", relative.as_posix(), *run_args]
     # Ray logs each packaging step at INFO on the console; keep the console to tuner's lines.

@@ -24,7 +24,10 @@ class Prepared:
     Attributes:
         spec: The validated spec.
         trainable: The train function.
-        experiment_path: ``<storage>/<name>``, absolute.
+        experiment_path: ``<storage>/<name>``, absolute; for a cloud ``storage``, the
+            experiment's local mirror (:mod:`tuner.storage`).
+        location: Where Ray Tune and the trials keep the experiment: ``experiment_path``,
+            or the cloud URI ``<storage>/<name>`` (with the storage's query, if any).
         cluster: The resources trials will run on.
         python_path: Folders the trial workers need on ``sys.path``.
         address: Ray cluster to connect to, or None for the embedded local Ray.
@@ -45,6 +48,12 @@ class Prepared:
         self.cluster = cluster
         self.python_path = python_path
         self.resumed_num_samples: int | None = None
+        self.location = spec_location(spec) if spec.remote_storage else str(experiment_path)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the experiment lives at a cloud URI (with a local mirror)."""
+        return self.location != str(self.experiment_path)
 
 
 def prepare(
@@ -104,11 +113,36 @@ def prepare(
     if cluster is not None:
         check_fits(spec, cluster)
     experiment_path = spec.storage_dir / spec.name
-    if not _resume and experiment_path.exists() and any(experiment_path.iterdir()):
+    if spec.remote_storage:
+        _check_remote(spec, _resume)
+    elif not _resume and experiment_path.exists() and any(experiment_path.iterdir()):
         raise spec.error("name", f"the experiment folder {experiment_path} already exists; choose another "
                          "name (--name NAME) or remove that folder.")
     python_path = list(dict.fromkeys([os.getcwd(), *base_dirs]))
     return Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
+
+
+def spec_location(spec: Spec) -> str:
+    """``<storage>/<name>`` for a cloud ``storage`` URI, with its query kept at the end."""
+    from tuner.storage import join
+
+    return join(spec.storage, spec.name)
+
+
+def _check_remote(spec: Spec, resume: bool) -> None:
+    """Reach a cloud ``storage`` before anything starts: the bucket can be listed, and a new
+    experiment's folder is empty."""
+    from tuner.storage import StorageError, display, is_empty
+
+    location = spec_location(spec)
+    try:
+        empty = is_empty(location)
+    except StorageError as err:
+        raise spec.error("storage", f"{err}. Check the URI and the credentials of this machine (AWS_* variables, "
+                         "GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node needs them too.") from None
+    if not resume and not empty:
+        raise spec.error("name", f"the experiment folder {display(location)} already exists; choose another "
+                         "name (--name NAME) or remove that folder.")
 
 
 def _resolve_address(address: str | None, spec: Spec) -> tuple[str | None, str]:
@@ -142,6 +176,14 @@ def check_cluster(prepared: Prepared) -> None:
     check_fits(prepared.spec, prepared.cluster)
 
 
+def _where(prepared: Prepared) -> str:
+    from tuner.storage import display
+
+    if prepared.remote:
+        return f"{display(prepared.location)} (local mirror: {prepared.experiment_path})"
+    return str(prepared.experiment_path)
+
+
 def plan(prepared: Prepared) -> str:
     """The run plan that ``tuner validate`` prints: trials, searcher, scheduler, resources.
 
@@ -160,7 +202,7 @@ def plan(prepared: Prepared) -> str:
         else f"{spec.num_samples} sample{'s' if spec.num_samples != 1 else ''}"
     lines = [
         f"spec:       {spec.source or '<mapping>'} is valid",
-        f"experiment: {spec.name} -> {prepared.experiment_path}",
+        f"experiment: {spec.name} -> {_where(prepared)}",
         f"trainable:  {getattr(prepared.trainable, '__module__', '?')}:{getattr(prepared.trainable, '__name__', '?')}",
         f"trials:     {trials} ({how})",
         f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
@@ -335,8 +377,16 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         cloudpickle.register_pickle_by_value(module)  # a file-path trainable: workers cannot import it
 
     started = time.monotonic()
+    if prepared.remote and path.exists():
+        import shutil
+
+        shutil.rmtree(path)  # a stale mirror: the cloud folder was checked to be empty
     path.mkdir(parents=True, exist_ok=True)
     save_run_record(prepared)
+    if prepared.remote:
+        from tuner.storage import upload
+
+        upload(path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
     abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
@@ -350,12 +400,11 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             fit = trials_that_fit(spec, cluster)
             max_concurrent = min(max_concurrent or fit, fit)
         if echo:
-            echo(f"Experiment {spec.name}: {path}")
-            echo(f"TensorBoard: {reporting.tensorboard_hint(path)}")
+            _echo_where(echo, prepared, "Experiment")
         searcher = build_searcher(spec, max_concurrent)
         basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
-            tune.with_resources(build_trainable(fn, spec, path), driver_request(spec)),
+            tune.with_resources(build_trainable(fn, spec, prepared.location), driver_request(spec)),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
                 metric=spec.metric,
@@ -376,10 +425,13 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             ),
             run_config=tune.RunConfig(
                 name=spec.name,
-                storage_path=str(path.parent),
+                storage_path=spec.storage if prepared.remote else str(path.parent),
                 stop=abort,
                 progress_reporter=reporting.build_reporter(spec),
-                callbacks=[*reporting.build_callbacks(spec), abort, StateSnapshots(path), PlacementGroupReleaser(path)],
+                callbacks=[*reporting.build_callbacks(spec, path if prepared.remote else None), abort,
+                           PlacementGroupReleaser(prepared.location),
+                           # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).
+                           *([] if prepared.remote else [StateSnapshots(path)])],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
@@ -392,13 +444,41 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     spent = _take_budget_marker(path)
+    _sync_down(prepared)
     result = collect_results(spec, grid, path, time.monotonic() - started,
-                             interrupted=watch.interrupted and not spent, aborted_by=aborted)
+                             interrupted=watch.interrupted and not spent, aborted_by=aborted,
+                             location=prepared.location if prepared.remote else None)
+    _sync_up(prepared)
     if echo:
         echo(best_line(spec, result))
         if spent:
-            echo(_budget_hint(spec, path))
+            echo(_budget_hint(spec, prepared))
     return result
+
+
+def _echo_where(echo: Callable[[str], None], prepared: Prepared, what: str) -> None:
+    from tuner import reporting
+
+    echo(f"{what} {prepared.spec.name}: {_where(prepared)}")
+    echo(f"TensorBoard: {'after the run, ' if prepared.remote else ''}"
+         f"{reporting.tensorboard_hint(prepared.experiment_path)}")
+
+
+def _sync_down(prepared: Prepared) -> None:
+    """A cloud experiment: copy what Ray Tune uploaded (but checkpoints) into the local mirror."""
+    if prepared.remote:
+        from tuner.storage import download
+
+        download(prepared.location, prepared.experiment_path)
+
+
+def _sync_up(prepared: Prepared) -> None:
+    """A cloud experiment: upload tuner's own files from the local mirror, beside Ray's."""
+    if prepared.remote:
+        from tuner.storage import TUNER_FILES, upload
+
+        events = tuple(p.name for p in prepared.experiment_path.glob("events.out.tfevents.*"))  # HParams summary
+        upload(prepared.experiment_path, prepared.location, TUNER_FILES + events)
 
 
 def _take_budget_marker(path: Path) -> bool:
@@ -412,9 +492,11 @@ def _take_budget_marker(path: Path) -> bool:
     return False
 
 
-def _budget_hint(spec: Spec, path: Path) -> str:
+def _budget_hint(spec: Spec, prepared: Prepared) -> str:
+    from tuner.storage import display
+
     return (f"tuner: the time budget of {spec.time_budget_s:g} s is spent. To go on, raise time_budget_s in the "
-            f"spec and run: python -m tuner resume {path}")
+            f"spec and run: python -m tuner resume {display(prepared.location)}")
 
 
 RUN_RECORD = "tuner_run.json"
@@ -434,6 +516,10 @@ def save_run_record(prepared: Prepared) -> None:
     spec = prepared.spec
     path = prepared.experiment_path
     snapshot = spec.model_dump(mode="json", exclude_unset=True)
+    if "storage" in snapshot:
+        from tuner.storage import display
+
+        snapshot["storage"] = display(snapshot["storage"])  # a URI's query and user info may hold keys
     atomic_write(path / SPEC_SNAPSHOT, yaml.safe_dump(snapshot, sort_keys=False))
     record = {
         "spec_source": str(Path(spec.source).resolve()) if spec.source else None,
@@ -483,7 +569,20 @@ def prepare_resume(
     from tuner.failures import check_state, time_budget_used
     from tuner.spec import SpecIssue, SpecError
 
-    path = Path(experiment_path).expanduser().resolve()
+    from tuner.storage import StorageError, display, download, is_remote, mirror_dir, parent_and_name
+
+    location = os.fspath(experiment_path)
+    if is_remote(location):
+        path = mirror_dir(location)
+        try:
+            download(location, path)  # Ray's state and tuner's records, not the checkpoints
+        except StorageError as err:
+            raise SpecError([SpecIssue("", f"{err}. Check the URI and this machine's credentials.")],
+                            display(location)) from None
+        storage, name = parent_and_name(location)
+    else:
+        path = Path(experiment_path).expanduser().resolve()
+        storage, name = str(path.parent), path.name
     record_file = path / RUN_RECORD
     if not record_file.is_file() or not (path / SPEC_SNAPSHOT).is_file():
         raise SpecError([SpecIssue("", f"{path} is not a tuner experiment folder (no {RUN_RECORD} and "
@@ -504,7 +603,7 @@ def prepare_resume(
         raise SpecError([SpecIssue("", f"the spec changed since this experiment started, so it cannot be resumed: "
                                    f"{', '.join(changed)}. Undo those changes, or start a new experiment "
                                    "with `tuner run --name NEW`.")], str(source))
-    current = load_spec(current, name=path.name, storage=str(path.parent))
+    current = load_spec(current, name=name, storage=storage)
     check_state(path)
     used = time_budget_used(path)
     if current.time_budget_s is not None and used is not None and used >= current.time_budget_s:
@@ -538,6 +637,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
 
     from tuner.cluster import link_ray_logs, ray_session
     from tuner.failures import ExperimentLock, reopen_searcher, restore_state_snapshot
+    from tuner.storage import display
     from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, driver_request
@@ -546,16 +646,22 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     started = time.monotonic()
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
-        restored_from = restore_state_snapshot(path)
+        restored_from = None if prepared.remote else restore_state_snapshot(path)
         reopen_searcher(path, prepared.resumed_num_samples or spec.num_samples, spec.num_samples)
         save_run_record(prepared)  # the spec as resumed, and the time budget the stopper reads
+        if prepared.remote:
+            from tuner.storage import upload
+
+            upload(path, prepared.location)  # the reopened searcher state and the run record
         if echo:
-            echo(f"Resuming experiment {spec.name}: {path}")
+            echo(f"Resuming experiment {spec.name}: {display(prepared.location)}"
+                 + (f" (local mirror: {path})" if prepared.remote else ""))
             if restored_from:
                 echo(f"tuner: the newest experiment state was unreadable; resumed from the snapshot {restored_from}")
         tuner = tune.Tuner.restore(
-            str(path),
-            trainable=tune.with_resources(build_trainable(prepared.trainable, spec, path), driver_request(spec)),
+            prepared.location,
+            trainable=tune.with_resources(build_trainable(prepared.trainable, spec, prepared.location),
+                                          driver_request(spec)),
             resume_unfinished=True,
             resume_errored=resume_errored,
             restart_errored=restart_errored,
@@ -565,9 +671,12 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
             grid = tuner.fit()
         link_ray_logs(session_dir, path)
     spent = _take_budget_marker(path)
-    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted and not spent)
+    _sync_down(prepared)
+    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted and not spent,
+                             location=prepared.location if prepared.remote else None)
+    _sync_up(prepared)
     if echo:
         echo(best_line(spec, result))
         if spent:
-            echo(_budget_hint(spec, path))
+            echo(_budget_hint(spec, prepared))
     return result

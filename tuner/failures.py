@@ -185,16 +185,17 @@ class PlacementGroupReleaser(Callback):
     this callback, in the tuner process, removes it at the end of the trial.
 
     Args:
-        experiment_path: The experiment folder.
+        experiment_path: The experiment folder, or its cloud URI.
     """
 
     def __init__(self, experiment_path: str | os.PathLike):
-        self.path = Path(experiment_path)
+        self.path = os.fspath(experiment_path)
 
     def _release(self, trial) -> None:
+        from tuner.storage import join
         from tuner.trainable import release_placement_groups
 
-        release_placement_groups(self.path / trial.storage.trial_dir_name)
+        release_placement_groups(join(self.path, trial.storage.trial_dir_name))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         self._release(trial)

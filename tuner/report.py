@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from tuner.files import atomic_write
+from tuner.files import atomic_write, flatten
 from tuner.spec import Spec, SpecError, load_spec
 
 __all__ = ["Experiment", "ReportError", "load_experiment", "render", "write_html", "write_plots",
@@ -169,15 +169,6 @@ def _trial_folders(path: Path) -> dict[str, Path]:
         out[trial_id] = folder
     return out
 
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _nest(flat: dict[str, Any]) -> dict:
@@ -319,7 +310,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
             config = info.get("config") or (results[-1].get("config") if results else None) or {}
         per_iter: dict[Any, dict] = {}
         for r in results:  # a resumed trial may report an iteration again: the last one counts
-            flat = _flatten({k: v for k, v in r.items() if k not in _RAY_KEYS})
+            flat = flatten({k: v for k, v in r.items() if k not in _RAY_KEYS})
             row = {k: v for k, v in flat.items() if _numeric(v)}
             per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
         trial_hist = [{"trial_id": trial_id, **row} for row in per_iter.values()]
@@ -338,7 +329,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         row = {"trial_id": trial_id, "status": status,
                "iterations": int(last.get("training_iteration", len(trial_hist)) or 0),
                "time_total_s": last.get("time_total_s")}
-        row.update({f"config/{k}": v for k, v in _flatten(config).items()})
+        row.update({f"config/{k}": v for k, v in flatten(config).items()})
         if metric:
             values = [h[metric] for h in trial_hist if metric in h and math.isfinite(h[metric])]
             row[f"last_{metric}"] = last.get(metric, math.nan)

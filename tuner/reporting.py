@@ -30,6 +30,7 @@ from typing import Any
 from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
+from tuner.files import flatten
 from tuner.space import iter_params, plain, sampled_params
 from tuner.spec import Spec
 
@@ -78,7 +79,7 @@ def build_reporter(spec: Spec) -> CLIReporter | None:
     )
 
 
-def build_callbacks(spec: Spec) -> list:
+def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None) -> list:
     """Ray callbacks for the spec's ``reporting`` section.
 
     JSON and CSV logs always; TensorBoard with the HParams dashboard when
@@ -86,13 +87,18 @@ def build_callbacks(spec: Spec) -> list:
     checked before by :func:`tuner.spec.check_extras`); the progress line when the
     table is on and ``reporting.cli.progress``.
 
+    Args:
+        spec: The spec that runs.
+        experiment_path: The local experiment folder for the HParams summary (the mirror
+            of a cloud experiment); default the trials' parent folder.
+
     Returns:
         The callbacks, for ``RunConfig(callbacks=...)``.
     """
     rep = spec.reporting
     callbacks: list = [JsonLoggerCallback(), CSVLoggerCallback()]
     if rep.tensorboard:
-        callbacks.append(HParamsTBXCallback(spec))
+        callbacks.append(HParamsTBXCallback(spec, experiment_path))
     if rep.wandb is not None:
         w = rep.wandb
         kwargs = {k: v for k, v in {"entity": w.entity, "tags": w.tags}.items() if v is not None}
@@ -134,10 +140,13 @@ class HParamsTBXCallback(TBXLoggerCallback):
 
     Args:
         spec: The spec that runs.
+        folder: Where the experiment summary goes; default the trials' parent folder.
+            For a cloud experiment tuner passes the local mirror (uploaded after the run).
     """
 
-    def __init__(self, spec: Spec):
+    def __init__(self, spec: Spec, folder: str | os.PathLike | None = None):
         super().__init__()
+        self._folder = folder
         self._params = sampled_params(spec)
         self._domains = {name: value.model_dump() for name, value in iter_params(spec.param_space)
                          if name in self._params}
@@ -158,7 +167,7 @@ class HParamsTBXCallback(TBXLoggerCallback):
         from tensorboardX.proto.api_pb2 import Status
         from tensorboardX.summary import hparams
 
-        flat = _flat(trial.config or {})
+        flat = flatten(trial.config or {})
         values = {name: _hparam_value(flat[name]) for name in self._params if name in flat}
         values = {k: v for k, v in values.items() if v is not None}
         try:
@@ -178,7 +187,7 @@ class HParamsTBXCallback(TBXLoggerCallback):
     def on_experiment_end(self, trials: list, **info) -> None:
         super().on_experiment_end(trials, **info)
         # trial.path is the trial folder in the experiment (local_path is Ray's staging copy).
-        folders = {Path(t.path).parent for t in trials if t.path}
+        folders = {Path(self._folder)} if self._folder else {Path(t.path).parent for t in trials if t.path}
         if len(folders) != 1 or not next(iter(folders)).is_dir():
             return
         try:
@@ -186,15 +195,6 @@ class HParamsTBXCallback(TBXLoggerCallback):
         except Exception:  # noqa: BLE001
             logging.getLogger(__name__).exception("could not write the HParams experiment summary")
 
-
-def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 # Scalars Ray adds to every result: kept in the scalars, left out of the HParams columns.

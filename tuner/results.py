@@ -25,7 +25,7 @@ import yaml
 from ray.tune import ResultGrid
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
+from tuner.files import atomic_write, flatten  # atomic_write re-exported: tuner.results.atomic_write
 from tuner.space import plain
 from tuner.spec import Spec
 
@@ -75,19 +75,9 @@ class TuneResult:
         return bool(self.summary.get("interrupted"))
 
 
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "/"))
-        else:
-            out[name] = value
-    return out
-
 
 def _user_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    flat = _flatten({k: v for k, v in metrics.items() if k not in _RAY_KEYS and k != "config"})
+    flat = flatten({k: v for k, v in metrics.items() if k not in _RAY_KEYS and k != "config"})
     flat["training_iteration"] = metrics.get("training_iteration")
     return plain(flat)
 
@@ -150,7 +140,8 @@ def _last_line(error: BaseException) -> str:
 
 
 def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.PathLike, wall_time_s: float,
-                    interrupted: bool = False, aborted_by: str | None = None) -> TuneResult:
+                    interrupted: bool = False, aborted_by: str | None = None,
+                    location: str | None = None) -> TuneResult:
     """Build the TuneResult and write ``summary.json``, ``best_config.yaml`` and ``results.csv``.
 
     Args:
@@ -160,30 +151,38 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         wall_time_s: Wall time of the run, in seconds.
         interrupted: Whether the run was stopped by a signal before it ended.
         aborted_by: The trial whose error stopped the experiment (first-trial abort).
+        location: The experiment's cloud URI when ``experiment_path`` is its local mirror
+            (already downloaded): trial and checkpoint paths are given as URIs of it.
 
     Returns:
         The TuneResult. The best trial is the best by the last reported value of
         ``spec.metric`` among the trials that did not error, skipping NaN and inf.
     """
+    from tuner.storage import display, join, to_uri
+
     path = Path(experiment_path)
     statuses = _statuses(grid)
+
+    def where(trial_path: str) -> str:  # a trial folder as the user can reach it
+        return join(display(location), Path(trial_path).name) if location else str(trial_path)
+
     rows, errors = [], []
     aborted = None
     for result, status in zip(grid, statuses):
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
         row = {"trial_id": trial_id, "status": status}
-        row.update({f"config/{k}": v for k, v in _flatten(plain(result.config or {})).items()})
+        row.update({f"config/{k}": v for k, v in flatten(plain(result.config or {})).items()})
         row.update(_user_metrics(metrics) if metrics else {})
         rows.append(row)
+        local = path / Path(result.path).name  # the trial folder (for a cloud experiment, its mirror)
         if result.error is not None:
-            marker = Path(result.path) / "trial_timeout.txt"  # written by a trial ended by trial_timeout_s
+            marker = local / "trial_timeout.txt"  # written by a trial ended by trial_timeout_s
             text = marker.read_text().strip() if marker.is_file() else _last_line(result.error)
-            errors.append({"trial_id": trial_id, "error": text, "path": str(result.path)})
+            errors.append({"trial_id": trial_id, "error": text, "path": where(result.path)})
         if aborted_by is not None and (trial_id == aborted_by or Path(result.path).name.endswith(aborted_by)):
-            aborted = {"trial_id": aborted_by, "traceback": user_traceback(Path(result.path) / "error.txt",
-                                                                           result.error),
-                       "path": str(result.path)}
+            aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / "error.txt", result.error),
+                       "path": where(result.path)}
     frame = pd.DataFrame(rows)
     if not frame.empty and spec.metric in frame.columns:
         frame = frame.sort_values(spec.metric, ascending=spec.mode == "min", na_position="last", kind="stable")
@@ -197,6 +196,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         best_id = best.metrics.get("trial_id")
         # A DDP trial's checkpoint is Ray Train's, passed on as the checkpoint_path metric.
         best_ckpt = best.checkpoint.path if best.checkpoint is not None else best.metrics.get("checkpoint_path")
+        if location and best_ckpt:
+            best_ckpt = to_uri(display(best_ckpt), location)
 
     by_status: dict[str, int] = {}
     for s in statuses:
@@ -217,6 +218,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         "aborted": aborted,
         "wall_time_s": round(wall_time_s, 3),
     }
+    if location:
+        summary["location"] = display(location)
     path.mkdir(parents=True, exist_ok=True)
     atomic_write(path / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     if best_config is not None:

@@ -727,22 +727,45 @@ class Spec(_Model):
     @field_validator("storage")
     @classmethod
     def _storage(cls, value: str) -> str:
-        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
-        if scheme and scheme.group(1).lower() != "file":
+        from tuner.storage import REMOTE_SCHEMES
+
+        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?]*)", value)
+        if scheme is None:
+            return value
+        name = scheme.group(1).lower()
+        if name == "file":
+            if not value[len("file://"):].startswith("/"):
+                raise PydanticCustomError("tuner_spec", f"a file:// URI needs an absolute path (file:///data/runs), "
+                                          f"but got {value!r}.")
+            return value
+        if name not in REMOTE_SCHEMES:
             raise PydanticCustomError(
                 "tuner_spec",
-                f"storage takes a folder (local, or shared by every node: NFS, a mounted bucket) or a file:// URI, "
-                f"but got {value!r}; {scheme.group(1)}:// storage is not supported yet: mount the bucket (s3fs, "
-                "gcsfuse) and give the mount's path.")
-        if scheme and not value[len("file://"):].startswith("/"):
-            raise PydanticCustomError("tuner_spec", f"a file:// URI needs an absolute path (file:///data/runs), "
-                                      f"but got {value!r}.")
+                f"storage takes a folder (local, or shared by every node), a file:// URI or a cloud URI with one of "
+                f"the schemes {', '.join(s + '://' for s in REMOTE_SCHEMES)}, but got {value!r}.")
+        if not scheme.group(2):
+            raise PydanticCustomError("tuner_spec", f"storage {value!r} names no bucket (or host); "
+                                      f"write {name}://BUCKET/PREFIX.")
         return value
 
     @property
+    def remote_storage(self) -> bool:
+        """Whether ``storage`` is a cloud URI (``s3://``, ``gs://``, ...; see :mod:`tuner.storage`)."""
+        from tuner.storage import is_remote
+
+        return is_remote(self.storage)
+
+    @property
     def storage_dir(self) -> Path:
-        """``storage`` as an absolute local folder (a ``file://`` URI becomes its path)."""
+        """``storage`` as an absolute local folder (a ``file://`` URI becomes its path).
+
+        For a cloud URI: the local mirror's parent (:func:`tuner.storage.mirror_dir`).
+        """
         value = self.storage
+        if self.remote_storage:
+            from tuner.storage import mirror_dir
+
+            return mirror_dir(value)
         if value.lower().startswith("file://"):
             from urllib.parse import unquote, urlparse
 

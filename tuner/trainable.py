@@ -84,9 +84,10 @@ class _Watchdog:
             # the process; Ray marks the trial ERROR and frees its resources.
             try:
                 if self._marker:
-                    with open(self._marker, "w", encoding="utf-8") as f:
-                        f.write(f"tuner.trainable.TrialTimeoutError: {self.message}\n")
-            except OSError:
+                    from tuner.storage import write_text
+
+                    write_text(self._marker, f"tuner.trainable.TrialTimeoutError: {self.message}\n")
+            except Exception:  # noqa: BLE001 - the exit below matters more than the note
                 pass
             os._exit(1)
 
@@ -180,11 +181,14 @@ def _current_trial_id() -> str | None:
 
 
 def _marker_path(fn: Callable, experiment_path: str) -> str | None:
-    """Where a timed-out trial leaves its reason: ``<experiment>/<trial dir>/trial_timeout.txt``."""
+    """Where a timed-out trial leaves its reason: ``<experiment>/<trial dir>/trial_timeout.txt``
+    (a folder path, or a cloud URI: :func:`tuner.storage.join`)."""
+    from tuner.storage import join
+
     trial_id = _current_trial_id()
     if trial_id is None:
         return None
-    return os.path.join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{trial_id}", TIMEOUT_MARKER)
+    return join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{trial_id}", TIMEOUT_MARKER)
 
 
 def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> Any:
@@ -226,12 +230,14 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
     if trial.rank() == 0:
         import ray
 
+        from tuner.storage import join, read_text, write_text
+
         pg = ray.util.get_current_placement_group()
         if pg is not None:
-            try:
-                with open(os.path.join(trial_dir, PG_FILE), "a", encoding="utf-8") as f:
-                    f.write(pg.id.hex() + "\n")
-            except OSError:
+            try:  # a restarted worker group adds its own group's id
+                record = join(trial_dir, PG_FILE)
+                write_text(record, (read_text(record) or "") + pg.id.hex() + "\n")
+            except Exception:  # noqa: BLE001 - without the record the group is freed at session end
                 pass
     return fn(config)
 
@@ -242,11 +248,12 @@ def release_placement_groups(trial_dir: str | os.PathLike) -> int:
     from ray._raylet import PlacementGroupID
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
-    path = os.path.join(os.fspath(trial_dir), PG_FILE)
-    try:
-        ids = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
-    except OSError:
+    from tuner.storage import join, read_text
+
+    text = read_text(join(os.fspath(trial_dir), PG_FILE))
+    if not text:
         return 0
+    ids = [line.strip() for line in text.splitlines() if line.strip()]
     table = ray.util.placement_group_table()
     removed = 0
     for pg_id in ids:
@@ -280,7 +287,9 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
     ctx = tune.get_context()
     # The trial's folder in the experiment (not the session's working dir), so the Train
     # run's checkpoints live with the experiment and survive the Ray session.
-    trial_dir = os.path.join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{ctx.get_trial_id()}")
+    from tuner.storage import join
+
+    trial_dir = join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{ctx.get_trial_id()}")
     config = plain(config)
     while True:
         per_worker = {"CPU": float(res.cpu_per_worker)}
@@ -319,7 +328,8 @@ def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike
     Args:
         fn: The user's train function, taking ``config``.
         spec: The validated spec (resources, amp, oom_backoff, trial_timeout_s).
-        experiment_path: The experiment folder (trial folders are ``<fn name>_<trial id>``).
+        experiment_path: The experiment folder (trial folders are ``<fn name>_<trial id>``),
+            or its cloud URI (:mod:`tuner.storage`).
 
     Returns:
         A function of ``config`` named like ``fn`` (so the table shows

@@ -1,0 +1,173 @@
+"""Cloud storage (``storage: s3://...``) against a real S3 API: moto's server on localhost.
+
+Ray Tune keeps the experiment in the bucket (through pyarrow's S3 filesystem, from the
+trial workers too); tuner's own files go beside Ray's; resume and report read from it.
+"""
+
+import json
+import logging
+import os
+import socket
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+
+moto_server = pytest.importorskip("moto.server", reason="moto[server] (the test extra) is needed for an S3 API")
+
+SPEC = """\
+name: cloud
+trainable: tests.trainables:checkpointing
+metric: loss
+mode: min
+num_samples: 2
+seed: 0
+param_space:
+  x: {type: uniform, low: 0, high: 1}
+  epochs: 3
+resources: {cpu: 1}
+reporting: {cli: false}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server with one bucket; yields (storage URI, env for the tuner subprocesses)."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "TUNER_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    query = f"?endpoint_override=http://127.0.0.1:{port}&region=us-east-1"
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        import pyarrow.fs as pafs
+
+        fs, _ = pafs.FileSystem.from_uri("s3://tuner-test" + query + "&allow_bucket_creation=true")
+        fs.create_dir("tuner-test")
+        yield "s3://tuner-test/runs" + query, env, fs
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def _files(fs, prefix):
+    import pyarrow.fs as pafs
+
+    return {i.path[len(prefix) + 1:]: i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True,
+                                                                                     allow_not_found=True))}
+
+
+def _read(fs, path) -> str:
+    with fs.open_input_stream(path) as f:
+        return f.read().decode()
+
+
+@pytest.mark.slow
+def test_s3_storage_run_resume_report_list(s3, tmp_path):
+    storage, env, fs = s3
+    spec = tmp_path / "cloud.yaml"
+    spec.write_text(SPEC)
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Experiment cloud: s3://tuner-test/runs/cloud (local mirror: " in proc.stdout
+    assert "Results: s3://tuner-test/runs/cloud (local mirror: " in proc.stdout
+    files = _files(fs, "tuner-test/runs/cloud")
+    for name in ("spec.yaml", "tuner_run.json", "summary.json", "results.csv", "best_config.yaml", "tuner.log",
+                 "tuner.pkl"):
+        assert name in files, f"{name} not in the bucket: {sorted(files)}"
+    assert any(n.startswith("experiment_state-") for n in files)
+    trials = {n.split("/")[0] for n in files if n.startswith("checkpointing_")}
+    assert len(trials) == 2
+    for t in trials:  # Ray's per-trial files and every checkpoint, uploaded by the trial workers
+        assert {f"{t}/result.json", f"{t}/progress.csv", f"{t}/checkpoint_000002/state.json"} <= set(files)
+    summary = json.loads(_read(fs, "tuner-test/runs/cloud/summary.json"))
+    assert summary["location"] == "s3://tuner-test/runs/cloud"
+    assert summary["trials"]["by_status"] == {"TERMINATED": 2}
+    assert summary["best"]["checkpoint"].startswith("s3://tuner-test/runs/cloud/checkpointing_")
+    assert summary["best"]["checkpoint"].endswith("/checkpoint_000002")
+    for name in ("tuner_run.json", "summary.json", "spec.yaml"):  # the URI's query (endpoint, keys) stays out
+        assert "endpoint_override" not in _read(fs, f"tuner-test/runs/cloud/{name}"), name
+
+    # The same name again: refused before anything starts.
+    again = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    assert again.returncode == 2
+    assert "the experiment folder s3://tuner-test/runs/cloud already exists" in again.stderr
+
+    # Resume from the URI with a larger budget: Tuner.restore reads the bucket, adds one trial.
+    spec.write_text(SPEC.replace("num_samples: 2", "num_samples: 3"))
+    location = storage.replace("/runs?", "/runs/cloud?")
+    proc = run_cli("resume", location, "--spec", spec, "--num-cpus", "2", env=env)
+    assert proc.returncode == 0, proc.stderr
+    files_after = _files(fs, "tuner-test/runs/cloud")
+    assert len({n.split("/")[0] for n in files_after if n.startswith("checkpointing_")}) == 3
+    for t in trials:  # the finished trials were not run again
+        assert files_after[f"{t}/result.json"].size == files[f"{t}/result.json"].size
+    results = pd.read_csv(fs.open_input_stream("tuner-test/runs/cloud/results.csv"))
+    assert len(results) == 3 and set(results["status"]) == {"TERMINATED"}
+    assert yaml.safe_load(_read(fs, "tuner-test/runs/cloud/spec.yaml"))["num_samples"] == 3
+
+    # report and list read the bucket (through the local mirror).
+    rep = run_cli("report", location, "--format", "json", env=env)
+    assert rep.returncode == 0, rep.stderr
+    assert len(json.loads(rep.stdout)["trials"]) == 3
+    listed = run_cli("list", storage, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "cloud" in listed.stdout
+
+
+def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path):
+    _, env, _ = s3
+    spec = tmp_path / "cloud.yaml"
+    spec.write_text(SPEC)
+    port = _free_port()  # nothing listens there (pyarrow retries for about 6 s)
+    storage = f"s3://tuner-test/runs?endpoint_override=http://127.0.0.1:{port}&region=us-east-1"
+    proc = run_cli("validate", spec, "--storage", storage, env=env)
+    assert proc.returncode == 2
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"tuner: error: {spec}: storage: cannot list s3://tuner-test/runs/cloud: ")
+    assert "Could not connect to server" in first
+    assert first.endswith("Check the URI and the credentials of this machine (AWS_* variables, "
+                          "GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node needs them too.")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    # An option pyarrow does not know: its own words, before anything starts.
+    proc = run_cli("run", spec, "--storage", storage + "&request_timeout=1", env=env)
+    assert proc.returncode == 2
+    assert ("storage: cannot open s3://tuner-test/runs/cloud: Unexpected query parameter in S3 URI: "
+            "'request_timeout'.") in proc.stderr
+    assert not list(tmp_path.glob("**/tuner_run.json")) and not list(tmp_path.glob("**/.tuner.lock"))
+
+
+@pytest.mark.slow
+def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path):
+    """A DDP trial's Ray Train run keeps its checkpoints in the bucket, under the trial's folder."""
+    storage, env, fs = s3
+    spec = tmp_path / "ddp.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "cloud-ddp", "trainable": "tests.trainables:ddp_probe", "metric": "loss", "mode": "min",
+        "num_samples": 1, "param_space": {"x": 0.5, "epochs": 2},
+        "resources": {"workers": 2, "cpu_per_worker": 1}, "reporting": {"cli": False, "tensorboard": False}}))
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    assert proc.returncode == 0, proc.stderr
+    files = _files(fs, "tuner-test/runs/cloud-ddp")
+    summary = json.loads(_read(fs, "tuner-test/runs/cloud-ddp/summary.json"))
+    assert summary["trials"]["by_status"] == {"TERMINATED": 1}
+    best = summary["best"]["checkpoint"]
+    assert best.startswith("s3://tuner-test/runs/cloud-ddp/ddp_probe_"), best
+    trial = best[len("s3://tuner-test/runs/cloud-ddp/"):].split("/")[0]
+    assert f"{trial}/.train_placement_group" in files, "rank 0 recorded its placement group in the bucket"
+    assert any(n.startswith(f"{trial}/") and "/checkpoint_" in n for n in files), sorted(files)
