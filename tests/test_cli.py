@@ -154,6 +154,29 @@ def test_run_end_to_end(tmp_path):
         assert noise not in out and noise not in proc.stderr, noise
 
 
+@pytest.mark.parametrize("search,scheduler", [("bohb", "{type: bohb, max_t: 3, reduction_factor: 3}"),
+                                              ("optuna", "{type: asha, max_t: 3, grace_period: 1}")])
+def test_model_based_searchers_leave_stderr_empty(tmp_path, search, scheduler):
+    """No library warning reaches the console (statsmodels' FutureWarning under BOHB did,
+    once its KDE model is fit: enough trials for that)."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"""\
+name: quiet
+trainable: tests.trainables:quadratic
+metric: loss
+mode: min
+num_samples: 12
+seed: 0
+search: {{algorithm: {search}}}
+scheduler: {scheduler}
+param_space: {{x: {{type: uniform, low: 0, high: 1}}, epochs: 3}}
+resources: {{cpu: 1}}
+""")
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
 def test_errored_trials_exit_1(tmp_path):
     spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:fails_for_large_x")
                  .replace("num_samples: 4", "num_samples: 6")

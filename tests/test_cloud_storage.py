@@ -19,7 +19,7 @@ moto_server = pytest.importorskip("moto.server", reason="moto[server] (the test 
 
 SPEC = """\
 name: cloud
-trainable: tests.trainables:checkpointing
+trainable: tests.trainables:crashes_once
 metric: loss
 mode: min
 num_samples: 2
@@ -27,7 +27,10 @@ seed: 0
 param_space:
   x: {type: uniform, low: 0, high: 1}
   epochs: 3
+  fail_at_epoch: 1
+  fail_dir: FAIL_DIR
 resources: {cpu: 1}
+failure: {max_failures: 1}
 reporting: {cli: false}
 """
 
@@ -79,27 +82,34 @@ def _read(fs, path) -> str:
 
 @pytest.mark.slow
 def test_s3_storage_run_resume_report_list(s3, tmp_path):
+    """Each trial's process dies once and the trial goes on from its checkpoint in the bucket."""
     storage, env, fs = s3
     spec = tmp_path / "cloud.yaml"
-    spec.write_text(SPEC)
+    body = SPEC.replace("FAIL_DIR", str(tmp_path))
+    spec.write_text(body)
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Experiment cloud: s3://tuner-test/runs/cloud (local mirror: " in proc.stdout
-    assert "Results: s3://tuner-test/runs/cloud (local mirror: " in proc.stdout
+    assert "Results: s3://tuner-test/runs/cloud (summary.json, results.csv, best_config.yaml; local mirror: " \
+        in proc.stdout
     files = _files(fs, "tuner-test/runs/cloud")
     for name in ("spec.yaml", "tuner_run.json", "summary.json", "results.csv", "best_config.yaml", "tuner.log",
                  "tuner.pkl"):
         assert name in files, f"{name} not in the bucket: {sorted(files)}"
     assert any(n.startswith("experiment_state-") for n in files)
-    trials = {n.split("/")[0] for n in files if n.startswith("checkpointing_")}
+    trials = {n.split("/")[0] for n in files if n.startswith("crashes_once_")}
     assert len(trials) == 2
     for t in trials:  # Ray's per-trial files and every checkpoint, uploaded by the trial workers
         assert {f"{t}/result.json", f"{t}/progress.csv", f"{t}/checkpoint_000002/state.json"} <= set(files)
     summary = json.loads(_read(fs, "tuner-test/runs/cloud/summary.json"))
     assert summary["location"] == "s3://tuner-test/runs/cloud"
     assert summary["trials"]["by_status"] == {"TERMINATED": 2}
-    assert summary["best"]["checkpoint"].startswith("s3://tuner-test/runs/cloud/checkpointing_")
+    assert summary["best"]["checkpoint"].startswith("s3://tuner-test/runs/cloud/crashes_once_")
     assert summary["best"]["checkpoint"].endswith("/checkpoint_000002")
+    first = pd.read_csv(fs.open_input_stream("tuner-test/runs/cloud/results.csv"))
+    assert list(first["start"]) == [1, 1] and list(first["epoch"]) == [2, 2], \
+        "each trial crashed at epoch 1 and went on from the checkpoint of epoch 0, read from the bucket"
+    assert len(list(tmp_path.glob("crashed-*"))) == 2
     for name in ("tuner_run.json", "summary.json", "spec.yaml"):  # the URI's query (endpoint, keys) stays out
         assert "endpoint_override" not in _read(fs, f"tuner-test/runs/cloud/{name}"), name
 
@@ -109,16 +119,16 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path):
     assert "the experiment folder s3://tuner-test/runs/cloud already exists" in again.stderr
 
     # Resume from the URI with a larger budget: Tuner.restore reads the bucket, adds one trial.
-    spec.write_text(SPEC.replace("num_samples: 2", "num_samples: 3"))
+    spec.write_text(body.replace("num_samples: 2", "num_samples: 3"))
     location = storage.replace("/runs?", "/runs/cloud?")
     proc = run_cli("resume", location, "--spec", spec, "--num-cpus", "2", env=env)
     assert proc.returncode == 0, proc.stderr
     files_after = _files(fs, "tuner-test/runs/cloud")
-    assert len({n.split("/")[0] for n in files_after if n.startswith("checkpointing_")}) == 3
+    assert len({n.split("/")[0] for n in files_after if n.startswith("crashes_once_")}) == 3
     for t in trials:  # the finished trials were not run again
         assert files_after[f"{t}/result.json"].size == files[f"{t}/result.json"].size
     results = pd.read_csv(fs.open_input_stream("tuner-test/runs/cloud/results.csv"))
-    assert len(results) == 3 and set(results["status"]) == {"TERMINATED"}
+    assert len(results) == 3 and set(results["status"]) == {"TERMINATED"} and list(results["start"]) == [1] * 3
     assert yaml.safe_load(_read(fs, "tuner-test/runs/cloud/spec.yaml"))["num_samples"] == 3
 
     # report and list read the bucket (through the local mirror).
@@ -133,7 +143,7 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path):
 def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path):
     _, env, _ = s3
     spec = tmp_path / "cloud.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace("FAIL_DIR", str(tmp_path)))
     port = _free_port()  # nothing listens there (pyarrow retries for about 6 s)
     storage = f"s3://tuner-test/runs?endpoint_override=http://127.0.0.1:{port}&region=us-east-1"
     proc = run_cli("validate", spec, "--storage", storage, env=env)
@@ -154,18 +164,23 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
 
 @pytest.mark.slow
 def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path):
-    """A DDP trial's Ray Train run keeps its checkpoints in the bucket, under the trial's folder."""
+    """A DDP trial's Ray Train run keeps its checkpoints in the bucket, under the trial's folder,
+    and after a worker crash both ranks go on from the checkpoint there."""
     storage, env, fs = s3
     spec = tmp_path / "ddp.yaml"
     spec.write_text(yaml.safe_dump({
         "name": "cloud-ddp", "trainable": "tests.trainables:ddp_probe", "metric": "loss", "mode": "min",
-        "num_samples": 1, "param_space": {"x": 0.5, "epochs": 2},
+        "num_samples": 1, "param_space": {"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
+                                          "fail_marker": str(tmp_path / "crashed-once")},
+        "failure": {"max_failures": 1},
         "resources": {"workers": 2, "cpu_per_worker": 1}, "reporting": {"cli": False, "tensorboard": False}}))
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
     assert proc.returncode == 0, proc.stderr
     files = _files(fs, "tuner-test/runs/cloud-ddp")
     summary = json.loads(_read(fs, "tuner-test/runs/cloud-ddp/summary.json"))
     assert summary["trials"]["by_status"] == {"TERMINATED": 1}
+    assert (tmp_path / "crashed-once").exists(), "the worker crashed once"
+    assert json.loads(summary["best"]["metrics"]["starts"]) == [1, 1], "both ranks restored epoch 0's checkpoint"
     best = summary["best"]["checkpoint"]
     assert best.startswith("s3://tuner-test/runs/cloud-ddp/ddp_probe_"), best
     trial = best[len("s3://tuner-test/runs/cloud-ddp/"):].split("/")[0]

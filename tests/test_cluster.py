@@ -134,6 +134,12 @@ def test_run_with_address_uses_both_nodes(cluster, tmp_path):
     assert plan.returncode == 0, plan.stderr
     assert f"cluster:    2 CPU, 0 GPU on the Ray cluster at {cluster['address']} (2 nodes)" in plan.stdout
     assert "fit:        2 trials at a time" in plan.stdout
+    # 2 CPUs in all, but one trial's actor must live on one node: refused, not queued forever.
+    big = run_cli("validate", spec, "--address", cluster["address"], "--set", "resources.cpu=2", env=env)
+    assert big.returncode == 2
+    assert ("resources.cpu: one trial asks for 2 CPU, 0 GPU on one node, but no node of the Ray cluster at "
+            f"{cluster['address']} (2 nodes) can hold it (the largest has 1 CPU, 0 GPU; 2 CPU, 0 GPU in all)") \
+        in big.stderr
     refused = run_cli("run", spec, "--address", cluster["address"], "--num-cpus", "2", env=env)
     assert refused.returncode == 2 and "drop --num-cpus" in refused.stderr
     proc = run_cli("run", spec, "--address", cluster["address"], "--storage", tmp_path / "runs", env=env)

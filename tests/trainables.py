@@ -217,3 +217,19 @@ def where(config):
         time.sleep(config.get("sleep", 1.0))
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "node": node},
                      checkpoint_dir=_epoch_checkpoint(epoch))
+
+
+def crashes_once(config):
+    """Like ``steady``, but the process dies once at epoch ``fail_at_epoch`` (a marker file per
+    config under ``fail_dir`` remembers it); with ``max_failures`` it resumes from its checkpoint."""
+    import time
+
+    start = _start_epoch()
+    marker = os.path.join(config["fail_dir"], f"crashed-{config['x']!r}")
+    for epoch in range(start, int(config["epochs"])):
+        time.sleep(config.get("sleep", 0))
+        if epoch == config.get("fail_at_epoch", 1) and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the worker process dies, as on a lost node
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
+                     checkpoint_dir=_epoch_checkpoint(epoch))

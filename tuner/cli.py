@@ -139,11 +139,11 @@ def _interrupted(path) -> None:
 
 def _finish(result) -> None:
     """Print the closing lines of a run and exit with its code."""
-    where = result.experiment_path
+    where, mirror = result.experiment_path, ""
     if result.summary.get("location"):
-        where = f"{result.summary['location']} (local mirror: {result.experiment_path})"
+        where, mirror = result.summary["location"], f"; local mirror: {result.experiment_path}"
     click.echo(f"Results: {where} (summary.json, results.csv"
-               f"{', best_config.yaml' if result.best_config is not None else ''})")
+               f"{', best_config.yaml' if result.best_config is not None else ''}{mirror})")
     if result.interrupted:
         _interrupted(result.experiment_path)
     if result.aborted:

@@ -23,16 +23,18 @@ RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a submitted job'
 
 
 def cluster_resources(address: str | None = None) -> ClusterResources:
-    """Totals of the Ray cluster this process is connected to.
+    """Totals and per-node resources of the Ray cluster this process is connected to.
 
     Args:
         address: The cluster's address, named in the plan; None for "the running Ray".
     """
     res = ray.cluster_resources()
-    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    alive = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    nodes = len(alive)
     where = f"the Ray cluster at {address}" if address else "the running Ray cluster"
     return ClusterResources(float(res.get("CPU", 0)), float(res.get("GPU", 0)),
-                            f"{where} ({nodes} node{'s' if nodes != 1 else ''})")
+                            f"{where} ({nodes} node{'s' if nodes != 1 else ''})",
+                            tuple((float(n.get("CPU", 0)), float(n.get("GPU", 0))) for n in alive))
 
 
 def use_token_if_available() -> bool:

@@ -1,7 +1,10 @@
 """Resources: what one trial asks of Ray, and how many trials fit at once.
 
 A trial's request becomes ``ray.tune.with_resources(trainable, {"cpu": c, "gpu": g})``.
-The fit count is what Ray's scheduler can run concurrently on the cluster's totals.
+The fit count is what Ray's scheduler can run concurrently, node by node: a single-process
+trial's actor lives on one node, and so do all the workers of a DDP trial with
+``STRICT_PACK``; the workers of a ``PACK``/``SPREAD`` trial may share out over nodes, one
+worker's bundle never.
 """
 
 from __future__ import annotations
@@ -24,11 +27,18 @@ class ClusterResources:
         cpu: Logical CPUs.
         gpu: Logical GPUs.
         source: Where the figures come from, e.g. ``"this machine"``.
+        nodes: ``(cpu, gpu)`` of each alive node; empty for one machine (the totals).
     """
 
     cpu: float
     gpu: float
     source: str = "this machine"
+    nodes: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def per_node(self) -> tuple[tuple[float, float], ...]:
+        """``(cpu, gpu)`` of each node: :attr:`nodes`, or the totals as one node."""
+        return self.nodes or ((self.cpu, self.gpu),)
 
 
 def local_resources(num_cpus: float | None = None, num_gpus: float | None = None) -> ClusterResources:
@@ -73,14 +83,27 @@ def trials_that_fit(spec: Spec, cluster: ClusterResources) -> int:
     """How many trials Ray can run at once on ``cluster`` (before max_concurrent_trials).
 
     Returns:
-        ``min(floor(cpus / cpu per trial), floor(gpus / gpu per trial))`` over the
-        resources the trial asks for; 0 if even one trial cannot fit.
+        For one node, ``min(floor(cpus / cpu per trial), floor(gpus / gpu per trial))``
+        over the resources the trial asks for. On a cluster, the same per node, summed,
+        for what must lie on one node (a single-process trial, a ``STRICT_PACK`` DDP
+        trial); for other DDP trials the workers' bundles that fit on the nodes, divided
+        by the world size (``STRICT_SPREAD``: at most one bundle per node). 0 if even one
+        trial cannot be placed.
     """
-    req = trial_request(spec)
-    fits = []
-    for key, have in (("cpu", cluster.cpu), ("gpu", cluster.gpu)):
-        if req[key] > 0:
-            fits.append(math.floor(have / req[key] + 1e-9))
+    res = spec.resources
+    if not res.distributed or res.placement_strategy == "STRICT_PACK":
+        req = trial_request(spec)
+        return sum(_units(node, (req["cpu"], req["gpu"])) for node in cluster.per_node)
+    slots = [_units(node, (float(res.cpu_per_worker), float(res.gpu_per_worker))) for node in cluster.per_node]
+    if res.placement_strategy == "STRICT_SPREAD":
+        slots = [min(n, 1) for n in slots]
+        return sum(slots) // res.workers if sum(slots) >= res.workers else 0
+    return sum(slots) // res.workers
+
+
+def _units(node: tuple[float, float], request: tuple[float, float]) -> int:
+    """How many ``request``s of ``(cpu, gpu)`` one node holds (0 for an empty request)."""
+    fits = [math.floor(have / want + 1e-9) for have, want in zip(node, request) if want > 0]
     return min(fits) if fits else 0
 
 
@@ -118,6 +141,25 @@ def check_fits(spec: Spec, cluster: ClusterResources) -> None:
     if trials_that_fit(spec, cluster) > 0:
         return
     req = trial_request(spec)
+    whole = ClusterResources(cluster.cpu, cluster.gpu, cluster.source)
+    if cluster.nodes and trials_that_fit(spec, whole) > 0:  # the totals would do; no node does
+        big_cpu = max(n[0] for n in cluster.nodes)
+        big_gpu = max(n[1] for n in cluster.nodes)
+        res = spec.resources
+        if res.distributed:
+            ask = (f"its {res.workers} workers x ({res.cpu_per_worker:g} CPU, {res.gpu_per_worker:g} GPU) with "
+                   f"placement_strategy {res.placement_strategy}")
+            fix = ("use placement_strategy PACK or SPREAD (workers may then share out over nodes), fewer "
+                   "workers, or bigger nodes")
+            field = "resources.placement_strategy" if res.placement_strategy.startswith("STRICT") else \
+                "resources.cpu_per_worker"
+        else:
+            ask = f"{req['cpu']:g} CPU, {req['gpu']:g} GPU on one node"
+            fix = "lower resources.cpu/gpu, use DDP workers (resources.workers) to span nodes, or bigger nodes"
+            field = "resources.gpu" if req["gpu"] > big_gpu else "resources.cpu"
+        raise spec.error(field, f"one trial asks for {ask}, but no node of {cluster.source} can hold it "
+                         f"(the largest has {big_cpu:g} CPU, {big_gpu:g} GPU; {cluster.cpu:g} CPU, "
+                         f"{cluster.gpu:g} GPU in all); {fix}.")
     key = "gpu" if req["gpu"] > cluster.gpu else "cpu"
     have = cluster.gpu if key == "gpu" else cluster.cpu
     field = f"{key}_per_worker" if spec.resources.distributed else key

@@ -1,0 +1,45 @@
+"""How many trials fit at once, node by node (tuner.resources); no Ray needed."""
+
+import pytest
+
+from tuner.resources import ClusterResources, check_fits, trials_that_fit
+from tuner.spec import SpecError, load_spec
+
+TWO_SMALL_NODES = ClusterResources(2, 0, "the Ray cluster at h:6379 (2 nodes)", ((1, 0), (1, 0)))
+
+
+def spec(**resources):
+    return load_spec({"trainable": "tests.trainables:quadratic", "resources": resources})
+
+
+@pytest.mark.parametrize("resources,cluster,fit", [
+    ({"cpu": 1}, ClusterResources(4, 0), 4),  # one machine: the totals
+    ({"cpu": 1}, TWO_SMALL_NODES, 2),
+    ({"cpu": 2}, ClusterResources(2, 0), 1),
+    ({"cpu": 2}, TWO_SMALL_NODES, 0),  # 2 CPUs in all, but no node has 2
+    ({"cpu": 1, "gpu": 1}, ClusterResources(8, 2, "c", ((4, 1), (4, 1))), 2),
+    ({"cpu": 3}, ClusterResources(8, 0, "c", ((4, 0), (4, 0))), 2),  # 8 // 3 would say 2 as well
+    ({"cpu": 3}, ClusterResources(9, 0, "c", ((4, 0), (5, 0))), 2),  # 9 // 3 = 3 would be wrong
+    ({"workers": 2, "cpu_per_worker": 1}, TWO_SMALL_NODES, 1),  # PACK may span nodes
+    ({"workers": 2, "cpu_per_worker": 1, "placement_strategy": "STRICT_PACK"}, TWO_SMALL_NODES, 0),
+    ({"workers": 2, "cpu_per_worker": 1, "placement_strategy": "STRICT_SPREAD"}, TWO_SMALL_NODES, 1),
+    ({"workers": 2, "cpu_per_worker": 1, "placement_strategy": "STRICT_SPREAD"},
+     ClusterResources(4, 0, "c", ((4, 0),)), 0),  # one node cannot spread two workers
+    ({"workers": 2, "cpu_per_worker": 2}, ClusterResources(6, 0, "c", ((3, 0), (3, 0))), 1),
+])
+def test_trials_that_fit_count_node_by_node(resources, cluster, fit):
+    assert trials_that_fit(spec(**resources), cluster) == fit
+
+
+def test_a_trial_no_single_node_can_hold_is_refused_with_the_largest_node_named():
+    with pytest.raises(SpecError) as info:
+        check_fits(spec(cpu=2), TWO_SMALL_NODES)
+    assert str(info.value) == (
+        "<spec>: resources.cpu: one trial asks for 2 CPU, 0 GPU on one node, but no node of the Ray cluster at "
+        "h:6379 (2 nodes) can hold it (the largest has 1 CPU, 0 GPU; 2 CPU, 0 GPU in all); lower "
+        "resources.cpu/gpu, use DDP workers (resources.workers) to span nodes, or bigger nodes.")
+    with pytest.raises(SpecError) as info:
+        check_fits(spec(workers=2, cpu_per_worker=1, placement_strategy="STRICT_PACK"), TWO_SMALL_NODES)
+    assert "resources.placement_strategy: one trial asks for its 2 workers x (1 CPU, 0 GPU) with " \
+           "placement_strategy STRICT_PACK, but no node of" in str(info.value)
+    check_fits(spec(workers=2, cpu_per_worker=1), TWO_SMALL_NODES)  # PACK: fits over both nodes
