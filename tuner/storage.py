@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 __all__ = ["REMOTE_SCHEMES", "TUNER_FILES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
-           "experiments_mirror", "filesystem", "is_empty", "write_text", "read_text", "download", "upload",
+           "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text", "download", "upload",
            "to_uri", "StorageError"]
 
 #: URI schemes pyarrow.fs opens as a cloud or cluster filesystem (``FileSystem.from_uri``).
@@ -181,6 +181,20 @@ def read_text(location: str) -> str | None:
             return f.read().decode("utf-8")
     except (OSError, StorageError):
         return None
+
+
+def list_names(location: str) -> list[str]:
+    """The names in a folder (path or URI); empty if it does not exist or cannot be listed."""
+    try:
+        if not is_remote(location):
+            return sorted(os.listdir(location))
+        import pyarrow.fs as pafs
+
+        fs, path = filesystem(location)
+        return sorted(posixpath.basename(i.path) for i in
+                      fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+    except (OSError, StorageError):
+        return []
 
 
 def _is_checkpoint(rel: str) -> bool:

@@ -16,10 +16,12 @@ both end a trial that runs longer than ``trial_timeout_s`` (hung or not).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import logging
 import os
+import re
 import threading
 from typing import Any, Callable
 
@@ -291,12 +293,14 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
 
     trial_dir = join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{ctx.get_trial_id()}")
     config = plain(config)
+    resume_from = None
     while True:
         per_worker = {"CPU": float(res.cpu_per_worker)}
         if use_gpu:
             per_worker["GPU"] = float(res.gpu_per_worker)
         trainer = TorchTrainer(
-            functools.partial(_ddp_worker, fn, _options(spec, config, distributed=True), trial_dir),
+            functools.partial(_ddp_worker, fn, dataclasses.replace(_options(spec, config, distributed=True),
+                                                                   resume_checkpoint=resume_from), trial_dir),
             train_loop_config=config,
             scaling_config=ray.train.ScalingConfig(
                 num_workers=res.workers,
@@ -320,6 +324,20 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
             if not (spec.oom_backoff and _is_oom(err)):
                 raise
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
+            resume_from = _newest_checkpoint(join(trial_dir, ctx.get_trial_id())) or resume_from
+
+
+def _newest_checkpoint(run_dir: str) -> str | None:
+    """The newest ``checkpoint_<timestamp>`` folder of a Ray Train run (path or URI), or None.
+
+    Ray Train uploads a checkpoint before ``ray.train.report`` returns, so after an
+    out-of-memory error (raised by the train function, not a crash) the newest folder is
+    whole.
+    """
+    from tuner.storage import join, list_names
+
+    names = sorted(n for n in list_names(run_dir) if re.match(r"checkpoint_\d{4}-\d\d-\d\d_", n))  # not the snapshot
+    return join(run_dir, names[-1]) if names else None
 
 
 def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike) -> Callable[[dict], Any]:

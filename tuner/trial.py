@@ -57,6 +57,10 @@ class TrialOptions:
         extra_metrics: Added to every report, e.g. ``{"batch_size_used": 32}``.
         metric: The spec's metric; a NaN or inf value of it fails the trial.
         checkpoint_frequency: Keep a checkpoint every this many reports.
+        resume_checkpoint: For a DDP worker group restarted after an out-of-memory
+            back-off: the newest checkpoint folder (path or URI) the previous group
+            uploaded; used when Ray Train's own record is older or empty (see
+            :func:`get_checkpoint`).
     """
 
     amp: bool = False
@@ -67,6 +71,7 @@ class TrialOptions:
     extra_metrics: dict[str, Any] = field(default_factory=dict)
     metric: str | None = None
     checkpoint_frequency: int = 1
+    resume_checkpoint: str | None = None
 
 
 _options: TrialOptions | None = None
@@ -412,6 +417,13 @@ def get_checkpoint() -> str | None:
         import ray.train
 
         ckpt = ray.train.get_checkpoint()
+        fallback = _options.resume_checkpoint if _options is not None else None
+        # Ray Train registers a reported checkpoint when its controller polls the workers; a
+        # group that fails right after a report can be restarted without it. The engine then
+        # passes the newest uploaded folder (names are checkpoint_<timestamp>, in time order).
+        if fallback and (ckpt is None or os.path.basename(ckpt.path.rstrip("/")) <
+                         os.path.basename(fallback.split("?")[0].rstrip("/"))):
+            ckpt = ray.train.Checkpoint(fallback)
     elif _latest_checkpoint:
         return _latest_checkpoint
     elif in_tune():
