@@ -56,3 +56,37 @@ def test_describe_mentions_rungs():
     text = "\n".join(describe_search(spec(seed=0, scheduler={"type": "asha", "max_t": 10, "reduction_factor": 3})))
     assert "random (BasicVariantGenerator), seed 0" in text
     assert "bracket 0: rungs at 1, 3, 9 iterations" in text
+
+
+def test_hyperband_stops_trials_left_paused_in_a_finished_bracket():
+    """Ray's Hyperband left them PAUSED forever (a hang) when the bracket's last trial ended on its own.
+    (HyperBandForBOHB gets the same fix; its on_trial_result needs a whole Tune controller.)"""
+    kind = "hyperband"
+    from ray.tune.experiment import Trial
+
+    sched = build_scheduler(load_spec({"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
+                                       "search": {"algorithm": "bohb" if kind == "bohb" else "random"},
+                                       "scheduler": {"type": kind, "max_t": 9, "reduction_factor": 3}}))
+    sched.set_search_properties("loss", "min")
+
+    class Controller:  # the two calls Hyperband makes of Tune's controller here
+        stopped: list = []
+
+        def stop_trial(self, t):
+            t.set_status(Trial.TERMINATED)
+            self.stopped.append(t)
+            sched.on_trial_remove(self, t)
+
+    controller = Controller()
+    trials = [Trial("f", stub=True) for _ in range(40)]
+    for t in trials:
+        sched.on_trial_add(controller, t)
+    bracket = next(sched._trial_info[t][0] for t in trials if sched._trial_info[t][0]._halves == 0)
+    *paused, last = [t for t in trials if sched._trial_info[t][0] is bracket]  # its trials run to max_t at once
+    for i, t in enumerate(paused):
+        t.set_status(Trial.RUNNING)
+        assert sched.on_trial_result(controller, t, {"training_iteration": 9, "loss": 1.0 + i}) == "PAUSE"
+        t.set_status(Trial.PAUSED)
+    last.set_status(Trial.TERMINATED)  # its final result comes with done: on_trial_complete, not on_trial_result
+    sched.on_trial_complete(controller, last, {"training_iteration": 9, "loss": 0.5, "done": True})
+    assert [t.status for t in paused] == [Trial.TERMINATED] * len(paused)

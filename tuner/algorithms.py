@@ -97,11 +97,42 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
                              reduction_factor=s.reduction_factor, brackets=s.brackets,
                              stop_last_trials=s.stop_last_trials)
     if s.type in ("hyperband", "bohb"):
-        cls = HyperBandScheduler if s.type == "hyperband" else HyperBandForBOHB
+        cls = _HyperBand if s.type == "hyperband" else _HyperBandForBOHB
         return cls(time_attr=s.time_attr, max_t=spec.scheduler_max_t, reduction_factor=s.reduction_factor,
                    stop_last_trials=s.stop_last_trials)
     return MedianStoppingRule(time_attr=s.time_attr, grace_period=s.grace_period,
                               min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
+
+
+class _StopPausedInFinishedBracket:
+    """Ray 2.60's synchronous Hyperband, less one hang.
+
+    When the last running trial of a bracket ends on its own at ``max_t`` (its final
+    result comes with ``done``, so Tune calls ``on_trial_complete``, not
+    ``on_trial_result``), ``HyperBandScheduler.on_trial_remove`` skips a finished bracket,
+    and the bracket's other trials, PAUSED at ``max_t``, are never stopped: the
+    experiment waits forever ("No trial is running and no new trial has been started").
+    Seen in tests/test_engine.py's Hyperband test under load. This stops them, as
+    ``_process_bracket`` does for a finished bracket.
+    """
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        from ray.tune.experiment import Trial
+
+        bracket, _ = self._trial_info[trial]
+        super().on_trial_remove(tune_controller, trial)
+        if bracket.finished():
+            for other in bracket.current_trials():
+                if other.status == Trial.PAUSED:
+                    tune_controller.stop_trial(other)
+
+
+class _HyperBand(_StopPausedInFinishedBracket, HyperBandScheduler):
+    """Ray's ``HyperBandScheduler`` (Li et al., JMLR 2018); see the base class for the fix."""
+
+
+class _HyperBandForBOHB(_StopPausedInFinishedBracket, HyperBandForBOHB):
+    """Ray's ``HyperBandForBOHB`` (Falkner et al., ICML 2018); see the base class for the fix."""
 
 
 def rungs(spec: Spec) -> list[list[float]]:
