@@ -727,12 +727,13 @@ class Spec(_Model):
     @field_validator("storage")
     @classmethod
     def _storage(cls, value: str) -> str:
-        from tuner.storage import REMOTE_SCHEMES
+        from urllib.parse import urlsplit
 
-        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?]*)", value)
-        if scheme is None:
+        from tuner.storage import REMOTE_SCHEMES, scheme_of
+
+        name = scheme_of(value)
+        if name is None:
             return value
-        name = scheme.group(1).lower()
         if name == "file":
             if not value[len("file://"):].startswith("/"):
                 raise PydanticCustomError("tuner_spec", f"a file:// URI needs an absolute path (file:///data/runs), "
@@ -743,7 +744,7 @@ class Spec(_Model):
                 "tuner_spec",
                 f"storage takes a folder (local, or shared by every node), a file:// URI or a cloud URI with one of "
                 f"the schemes {', '.join(s + '://' for s in REMOTE_SCHEMES)}, but got {value!r}.")
-        if not scheme.group(2):
+        if not urlsplit(value).netloc:
             raise PydanticCustomError("tuner_spec", f"storage {value!r} names no bucket (or host); "
                                       f"write {name}://BUCKET/PREFIX.")
         return value

@@ -416,13 +416,15 @@ def get_checkpoint() -> str | None:
     if _distributed():
         import ray.train
 
+        from tuner.storage import display
+
         ckpt = ray.train.get_checkpoint()
         fallback = _options.resume_checkpoint if _options is not None else None
         # Ray Train registers a reported checkpoint when its controller polls the workers; a
         # group that fails right after a report can be restarted without it. The engine then
         # passes the newest uploaded folder (names are checkpoint_<timestamp>, in time order).
         if fallback and (ckpt is None or os.path.basename(ckpt.path.rstrip("/")) <
-                         os.path.basename(fallback.split("?")[0].rstrip("/"))):
+                         os.path.basename(display(fallback))):
             ckpt = ray.train.Checkpoint(fallback)
     elif _latest_checkpoint:
         return _latest_checkpoint
