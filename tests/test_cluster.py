@@ -64,6 +64,18 @@ class RayNode:
                 raise RuntimeError(f"ray start failed:\n{log.read_text()}")
             time.sleep(0.5)
 
+    def node_id(self, timeout: float = 60) -> str:
+        """This node's Ray node id, as its raylet logged it (``Setting node ID node_id=…``)."""
+        raylet = self.log.parent / "session_latest" / "logs" / "raylet.out"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if raylet.is_file():
+                for line in raylet.read_text().splitlines():
+                    if "Setting node ID node_id=" in line:
+                        return line.rsplit("node_id=", 1)[1].strip()
+            time.sleep(0.3)
+        raise RuntimeError(f"no node id in {raylet}")
+
     def kill(self, sig=signal.SIGKILL) -> None:
         """Kill this node: the `ray start` process and every process under it.
 
@@ -178,6 +190,17 @@ def test_plain_ray_job_submit_runs_tuner(cluster, tmp_path):
     assert (tmp_path / "shared" / "plain" / "summary.json").is_file()
 
 
+def _whole_rows(path: Path) -> list[dict]:
+    """The results in a trial's result.json, without a last line still being written."""
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
 def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path):
     extra = add_worker(cluster["address"], cluster["temp"], cluster["env"])
     spec = write_spec(tmp_path, "node-loss", num_samples=3, epochs=8, sleep=0.5)
@@ -186,15 +209,19 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path):
                              "--storage", str(tmp_path / "runs")], cwd=ROOT, env={**os.environ, **client_env(cluster)},
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    extra_id = extra.node_id()
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # until 3 trials run at once: one is on the extra node
-        running = [p for p in exp.glob("*/progress.csv") if len(p.read_text().splitlines()) >= 3]
-        if len(running) >= 3:
+    while time.monotonic() < deadline:
+        # Kill the extra node while its trial is mid-way: it has reported at least twice
+        # (so it has a checkpoint) and is at least 3 epochs (1.5 s) from its end.
+        rows = [_whole_rows(f) for f in exp.glob("*/result.json")]
+        on_extra = [r for r in rows if r and r[-1]["node"] == extra_id]
+        if on_extra and 2 <= len(on_extra[0]) <= 5:
             break
-        time.sleep(0.3)
+        time.sleep(0.2)
     else:
         proc.kill()
-        raise AssertionError("the trials never ran together")
+        raise AssertionError(f"no trial was seen mid-way on the extra node {extra_id}")
     extra.kill()  # the node dies: its raylet, workers and the trial on it
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, out + err

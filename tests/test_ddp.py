@@ -146,7 +146,7 @@ name: asha-ddp
 trainable: tests.trainables:steady
 metric: loss
 mode: min
-num_samples: 5
+num_samples: 3
 seed: 3
 param_space: {x: {type: uniform, low: 0, high: 1}, epochs: 3, sleep: 0}
 scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 2}
@@ -156,6 +156,6 @@ reporting: {cli: false}
     proc = run_cli("run", tmp_path / "a.yaml", "--num-cpus", "2", "--storage", tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stderr
     df = pd.read_csv(tmp_path / "asha-ddp" / "results.csv")
-    assert len(df) == 5 and set(df["status"]) == {"TERMINATED"}
+    assert len(df) == 3 and set(df["status"]) == {"TERMINATED"}
     order = df.sort_values("trial_id")["training_iteration"].tolist()
     assert any(it < 3 for it in order[:-1]), f"some trial before the last was stopped early: {order}"
