@@ -205,6 +205,15 @@ def test_file_path_trainable_and_console_script(tmp_path):
                           cwd=tmp_path.parent, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "Best trial" in proc.stdout
+    # Resumed with more trials: the new trials' workers get the file's module too.
+    spec.write_text(spec.read_text().replace("num_samples: 4", "num_samples: 6"))
+    proc = subprocess.run([exe, "resume", str(tmp_path / "runs" / "toy"), "--num-cpus", "2"],
+                          cwd=tmp_path.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "runs" / "toy" / "results.csv")
+    assert len(df) == 6 and set(df["status"]) == {"TERMINATED"}
 
 
 def test_ctrl_c_exits_130_with_partial_results(tmp_path):

@@ -191,11 +191,15 @@ def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_pat
                              param_space={"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 9, "sleep": 0},
                              scheduler={"type": "hyperband", "max_t": 9, "reduction_factor": 3}))
     df = result.dataframe
-    assert set(df["status"]) == {"TERMINATED"}
-    assert (df["start"] > 0).any(), "some trial was paused and resumed from its checkpoint"
-    for trial_dir in (tmp_path / "t").glob("steady_*"):
-        epochs = [json.loads(line)["epoch"] for line in (trial_dir / "result.json").read_text().splitlines()]
-        assert epochs == list(range(len(epochs))), f"no epoch repeated or skipped: {epochs}"
+    rows = {d.name: [json.loads(line) for line in (d / "result.json").read_text().splitlines()]
+            for d in (tmp_path / "t").glob("steady_*")}
+    # What each trial did, for the failure message: (epochs reported, the epochs its segments started at).
+    seen = {name: ([r["epoch"] for r in rs], sorted({r["start"] for r in rs})) for name, rs in sorted(rows.items())}
+    assert set(df["status"]) == {"TERMINATED"}, f"{df[['trial_id', 'status']]}\n{seen}"
+    assert any(r["start"] > 0 for rs in rows.values() for r in rs), \
+        f"some trial was paused and resumed from its checkpoint: {seen}"
+    for name, (epochs, _) in seen.items():
+        assert epochs == list(range(len(epochs))), f"no epoch repeated or skipped in {name}: {seen}"
 
 
 def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, tmp_path):

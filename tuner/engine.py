@@ -351,31 +351,20 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         echo: Where to print the TensorBoard hint and the best-trial line (the CLI
             passes ``click.echo``); None prints nothing.
     """
-    from tuner import reporting
-
-    reporting.prepare_console()  # before Ray Tune is imported by the modules below
-
+    _before_ray_tune(prepared)
     from ray import tune
 
-    _lean_callback_usage_tag()
-
+    from tuner import reporting
     from tuner.algorithms import build_scheduler, build_searcher
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
     from tuner.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
     from tuner.resources import check_fits, trials_that_fit
-    from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, driver_request
 
     spec = prepared.spec
     path = prepared.experiment_path
     fn = prepared.trainable
-    module = sys.modules.get(getattr(fn, "__module__", "") or "")
-    if module is not None and module.__name__.startswith("tuner_user_"):
-        from ray import cloudpickle
-
-        cloudpickle.register_pickle_by_value(module)  # a file-path trainable: workers cannot import it
-
     started = time.monotonic()
     if prepared.remote and path.exists():
         import shutil
@@ -443,11 +432,49 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             grid = tuner.fit()
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
+    return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
+
+
+def _before_ray_tune(prepared: Prepared) -> None:
+    """What a run and a resume do before Ray Tune is imported and the Tuner is built.
+
+    Quiet the console (before Ray Tune is imported), record Ray's callback usage tag
+    without importing its integrations, and ship a file-path trainable's module by value
+    (workers cannot import ``tuner_user_*`` modules by name).
+    """
+    from tuner import reporting
+
+    reporting.prepare_console()
+    _lean_callback_usage_tag()
+    module = sys.modules.get(getattr(prepared.trainable, "__module__", "") or "")
+    if module is not None and module.__name__.startswith("tuner_user_"):
+        from ray import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)
+
+
+def _finish(prepared: Prepared, grid, started: float, *, interrupted: bool, aborted_by: str | None = None,
+            echo: Callable[[str], None] | None = None):
+    """After ``Tuner.fit()``: collect and write the results, sync a cloud mirror, print the best trial.
+
+    Args:
+        prepared: The run or resume.
+        grid: The ``ray.tune.ResultGrid``.
+        started: ``time.monotonic()`` when the session began (for the wall time, seconds).
+        interrupted: Whether Ctrl-C/SIGTERM ended the session.
+        aborted_by: The trial id whose first error aborted the experiment, if any.
+        echo: Where to print; None prints nothing.
+
+    Returns:
+        tuner.results.TuneResult.
+    """
+    from tuner.results import best_line, collect_results
+
+    spec, path = prepared.spec, prepared.experiment_path
     spent = _take_budget_marker(path)
     _sync_down(prepared)
-    result = collect_results(spec, grid, path, time.monotonic() - started,
-                             interrupted=watch.interrupted and not spent, aborted_by=aborted,
-                             location=prepared.location if prepared.remote else None)
+    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=interrupted and not spent,
+                             aborted_by=aborted_by, location=prepared.location if prepared.remote else None)
     _sync_up(prepared)
     if echo:
         echo(best_line(spec, result))
@@ -628,17 +655,13 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     Returns:
         tuner.results.TuneResult for the whole experiment.
     """
-    from tuner import reporting
-
-    reporting.prepare_console()
+    _before_ray_tune(prepared)
     from ray import tune
 
-    _lean_callback_usage_tag()
-
+    from tuner import reporting
     from tuner.cluster import link_ray_logs, ray_session
     from tuner.failures import ExperimentLock, reopen_searcher, restore_state_snapshot
     from tuner.storage import display
-    from tuner.results import best_line, collect_results
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, driver_request
 
@@ -670,13 +693,4 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
         with _InterruptWatch() as watch:
             grid = tuner.fit()
         link_ray_logs(session_dir, path)
-    spent = _take_budget_marker(path)
-    _sync_down(prepared)
-    result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=watch.interrupted and not spent,
-                             location=prepared.location if prepared.remote else None)
-    _sync_up(prepared)
-    if echo:
-        echo(best_line(spec, result))
-        if spent:
-            echo(_budget_hint(spec, prepared))
-    return result
+    return _finish(prepared, grid, started, interrupted=watch.interrupted, echo=echo)
