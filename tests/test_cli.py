@@ -57,6 +57,17 @@ def test_validate_grid_plan_and_gpu_packing(tmp_path):
     assert "fit:        4 trials at a time" in proc.stdout
 
 
+def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(tmp_path):
+    spec = write(tmp_path, TOY.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}")
+                 .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
+                          "scheduler: {type: hyperband, max_t: 3}"))
+    one = run_cli("validate", spec, "--num-cpus", "2")
+    assert one.returncode == 0, one.stderr
+    assert "fit:        1 trial at a time\nnote:       scheduler hyperband will stop no trial early here" in one.stdout
+    two = run_cli("validate", spec, "--num-cpus", "4")
+    assert "fit:        2 trials at a time" in two.stdout and "note:" not in two.stdout
+
+
 def test_dry_run_is_validate(tmp_path):
     spec = write(tmp_path)
     a = run_cli("validate", spec, "--num-cpus", "2")

@@ -43,3 +43,21 @@ def test_a_trial_no_single_node_can_hold_is_refused_with_the_largest_node_named(
     assert "resources.placement_strategy: one trial asks for its 2 workers x (1 CPU, 0 GPU) with " \
            "placement_strategy STRICT_PACK, but no node of" in str(info.value)
     check_fits(spec(workers=2, cpu_per_worker=1), TWO_SMALL_NODES)  # PACK: fits over both nodes
+
+
+@pytest.mark.parametrize("scheduler,cpus,noted", [
+    ("hyperband", 2, True),  # 2 workers x 1 CPU: one DDP trial at a time
+    ("bohb", 2, True),
+    ("hyperband", 4, False),  # two DDP trials live together: rungs can compare them
+    ("asha", 2, False),  # asynchronous: compares against the rung's history
+])
+def test_plan_notes_a_synchronous_hyperband_with_one_ddp_trial_at_a_time(scheduler, cpus, noted):
+    from tuner.resources import describe_resources
+
+    s = load_spec({"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
+                   "resources": {"workers": 2, "cpu_per_worker": 1}, "scheduler": {"type": scheduler},
+                   **({"search": {"algorithm": "bohb"}} if scheduler == "bohb" else {})})
+    note = (f"note:       scheduler {scheduler} will stop no trial early here: it compares a bracket's trials "
+            "while they are live together, and only 1 DDP trial fits at a time (paused trials count); use "
+            "scheduler asha, or run where 2 or more DDP trials fit.")
+    assert (note in describe_resources(s, ClusterResources(cpus, 0))) is noted

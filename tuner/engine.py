@@ -358,7 +358,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     from tuner.algorithms import build_scheduler, build_searcher
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
     from tuner.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
-    from tuner.resources import check_fits, trials_that_fit
+    from tuner.resources import check_fits, one_live_trial_note, trials_that_fit
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, driver_request
 
@@ -390,6 +390,9 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             max_concurrent = min(max_concurrent or fit, fit)
         if echo:
             _echo_where(echo, prepared, "Experiment")
+            note = one_live_trial_note(spec, max_concurrent or 0)
+            if note:
+                echo(f"tuner: note: {note}")
         searcher = build_searcher(spec, max_concurrent)
         basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(

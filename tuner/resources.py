@@ -128,7 +128,32 @@ def describe_resources(spec: Spec, cluster: ClusterResources) -> list[str]:
     else:
         cap = f" (max_concurrent_trials {spec.max_concurrent_trials})" if at_once < fit else ""
         lines.append(f"fit:        {at_once} trial{'s' if at_once != 1 else ''} at a time{cap}")
+        note = one_live_trial_note(spec, at_once)
+        if note:
+            lines.append(f"note:       {note}")
     return lines
+
+
+def one_live_trial_note(spec: Spec, at_once: int) -> str | None:
+    """Why a synchronous Hyperband would stop nothing with DDP trials one at a time, or None.
+
+    tuner caps live DDP trials at the trials that fit (a driver must not hold a trial slot
+    while its Train run waits for workers), and Ray's concurrency cap counts PAUSED
+    trials as live. Ray's ``HyperBandScheduler``/``HyperBandForBOHB`` process a rung once
+    every live trial of the bracket reached it and keep ``ceil(n / reduction_factor) >= 1``
+    of them, so with one live trial no rung stops anyone. (An explicit
+    ``max_concurrent_trials: 1`` is refused by the spec check instead.)
+
+    Args:
+        spec: The validated spec.
+        at_once: Trials that run at once on the cluster.
+    """
+    sched = spec.scheduler.type
+    if sched not in ("hyperband", "bohb") or not spec.resources.distributed or at_once != 1:
+        return None
+    return (f"scheduler {sched} will stop no trial early here: it compares a bracket's trials while they are "
+            "live together, and only 1 DDP trial fits at a time (paused trials count); use scheduler asha, or "
+            "run where 2 or more DDP trials fit.")
 
 
 def check_fits(spec: Spec, cluster: ClusterResources) -> None:

@@ -821,6 +821,15 @@ class Spec(_Model):
             what = f"scheduler {sched}" if sched in _NEEDS_METRIC else f"search {algo}"
             field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
             raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; add `metric:` and `mode:`.")
+        if sched in ("hyperband", "bohb") and self.max_concurrent_trials == 1:
+            # Ray's synchronous Hyperband processes a rung once every live trial of the bracket
+            # reached it and keeps ceil(n/reduction_factor) >= 1 of them; the concurrency cap
+            # counts PAUSED trials as live, so with a cap of 1 a rung never stops anyone.
+            raise _fail("max_concurrent_trials", f"scheduler {sched} (synchronous Hyperband) compares the trials "
+                        "of a bracket while they are live together, and max_concurrent_trials counts paused "
+                        "trials, so with max_concurrent_trials=1 it would stop no trial early (every trial would "
+                        f"run to max_t={self.scheduler_max_t}); use scheduler asha (asynchronous), or set "
+                        "max_concurrent_trials >= 2, or omit it.")
         max_t = getattr(self.scheduler, "max_t", None)
         grace = getattr(self.scheduler, "grace_period", None)
         if sched == "asha" and grace is not None and grace > self.scheduler_max_t:
