@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from tuner.spec import Spec
+from tuner.spec import SYNCHRONOUS_HYPERBAND, Spec
 
 __all__ = ["ClusterResources", "trial_request", "trials_that_fit", "local_resources", "describe_resources",
            "check_fits"]
@@ -149,7 +149,7 @@ def one_live_trial_note(spec: Spec, at_once: int) -> str | None:
         at_once: Trials that run at once on the cluster.
     """
     sched = spec.scheduler.type
-    if sched not in ("hyperband", "bohb") or not spec.resources.distributed or at_once != 1:
+    if sched not in SYNCHRONOUS_HYPERBAND or not spec.resources.distributed or at_once != 1:
         return None
     return (f"scheduler {sched} will stop no trial early here: it compares a bracket's trials while they are "
             "live together, and only 1 DDP trial fits at a time (paused trials count); use scheduler asha, or "

@@ -668,6 +668,8 @@ class RayConfig(_Model):
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _TRAINABLE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:]+\.py):[A-Za-z_]\w*$")
 _NEEDS_METRIC = {"asha", "hyperband", "bohb", "median"}
+# Schedulers that compare a bracket's trials only while they are live together.
+SYNCHRONOUS_HYPERBAND = ("hyperband", "bohb")
 
 
 class Spec(_Model):
@@ -821,7 +823,7 @@ class Spec(_Model):
             what = f"scheduler {sched}" if sched in _NEEDS_METRIC else f"search {algo}"
             field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
             raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; add `metric:` and `mode:`.")
-        if sched in ("hyperband", "bohb") and self.max_concurrent_trials == 1:
+        if sched in SYNCHRONOUS_HYPERBAND and self.max_concurrent_trials == 1:
             # Ray's synchronous Hyperband processes a rung once every live trial of the bracket
             # reached it and keeps ceil(n/reduction_factor) >= 1 of them; the concurrency cap
             # counts PAUSED trials as live, so with a cap of 1 a rung never stops anyone.
