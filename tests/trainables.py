@@ -64,7 +64,7 @@ def fails_for_large_x(config):
 def nan_metric(config):
     """Reports NaN for x > 0.5."""
     for _ in range(2):
-        trial.report({"loss": math.nan if config["x"] > 0.5 else config["x"]})
+        trial.report({"loss": float(config.get("bad_value", "nan")) if config["x"] > 0.5 else config["x"]})
 
 
 def checkpointing(config):
@@ -233,3 +233,85 @@ def crashes_once(config):
             os._exit(1)  # the worker process dies, as on a lost node
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
                      checkpoint_dir=_epoch_checkpoint(epoch))
+
+
+# --------------------------------------------------------------------------- class trainables
+
+from ray import tune as _tune  # noqa: E402 - the class trainables below subclass ray.tune.Trainable
+
+
+class Counter(_tune.Trainable):
+    """A class trainable: ``loss`` falls toward ``(x - 0.3)^2``; checkpoints its step.
+
+    Reports what the tests check: the step, the step it was restored from, how often its
+    actor was reset for another trial (actor reuse), its pid, the type of ``x``, and
+    whether ``tuner.trial``'s AMP context is on.
+    """
+
+    def setup(self, config):
+        self.x = config.get("x", 0.0)
+        self.step_no = 0
+        self.restored_from = -1
+        self.resets = 0
+        if config.get("fail_dir"):
+            self.marker = os.path.join(config["fail_dir"], f"failed-{self.x!r}")
+
+    def step(self):
+        import time
+
+        time.sleep(self.config.get("sleep", 0))
+        self.step_no += 1
+        if self.config.get("fail_at") == self.step_no and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("Counter failed on purpose")
+        loss = (self.x - 0.3) ** 2 + 1.0 / self.step_no
+        if self.config.get("nan_above") is not None and self.x > self.config["nan_above"]:
+            loss = float(self.config.get("bad_value", "nan"))
+        return {"loss": loss, "step_no": self.step_no, "restored_from": self.restored_from,
+                "resets": self.resets, "process": os.getpid(), "x_type": type(self.config.get("x")).__name__,
+                "amp": float(trial._opts().amp)}
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "state.json"), "w") as f:
+            json.dump({"step_no": self.step_no}, f)
+
+    def load_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "state.json")) as f:
+            self.step_no = self.restored_from = json.load(f)["step_no"]
+
+    def reset_config(self, new_config):
+        self.x = new_config.get("x", 0.0)
+        self.step_no, self.restored_from = 0, -1
+        self.resets += 1
+        return True
+
+
+class NoCheckpoints(_tune.Trainable):
+    """A class trainable without save_checkpoint/load_checkpoint/reset_config."""
+
+    def setup(self, config):
+        self.x = config.get("x", 0.0)
+
+    def step(self):
+        return {"loss": self.x}
+
+
+def returns_metrics(config):
+    """A Ray Tune function trainable that returns its last result instead of reporting it."""
+    bad = config.get("nan_above") is not None and config["x"] > config["nan_above"]
+    return {"loss": float(config.get("bad_value", "nan")) if bad else config["x"]}
+
+
+def raw_ray_nan(config):
+    """A Ray Tune function trainable (ray.tune.report) that reports a NaN/inf loss for large x."""
+    from ray import tune
+
+    for i in range(3):
+        bad = config["x"] > config["nan_above"]
+        tune.report({"loss": float(config.get("bad_value", "nan")) if bad else config["x"] + 1.0 / (i + 1)})
+
+
+def with_data(config, data):
+    """For tune.with_parameters: reports facts about ``data`` (a numpy array from the object store)."""
+    trial.report({"loss": float(data[:10].sum()) + config.get("x", 0.0), "nbytes": int(data.nbytes),
+                  "writeable": float(data.flags.writeable), "process": os.getpid()})

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from tuner.spec import Spec, SpecError, SpecIssue, load_spec, resolve_trainable
+from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
+                         trainable_dirs, trainable_reference)
 
 __all__ = ["tune_model", "plan", "prepare"]
 
@@ -35,6 +36,8 @@ class Prepared:
         num_gpus: GPUs of the local Ray, or None for the detected ones.
         resumed_num_samples: For a resume, the ``num_samples`` the experiment ran with
             so far (the spec's may be larger); None for a new run.
+        renamed_from: The spec's name when its folder held an experiment already and this
+            run got a fresh one (``name-2``); None otherwise.
     """
 
     def __init__(self, spec: Spec, trainable: Callable, experiment_path: Path, cluster, python_path: list[str],
@@ -48,6 +51,7 @@ class Prepared:
         self.cluster = cluster
         self.python_path = python_path
         self.resumed_num_samples: int | None = None
+        self.renamed_from: str | None = None
         self.location = spec_location(spec) if spec.remote_storage else str(experiment_path)
 
     @property
@@ -85,15 +89,24 @@ def prepare(
         SpecError: For any problem with the spec, the train function, the resources
             or the experiment folder.
     """
-    spec = load_spec(spec, **overrides)  # first: a bad spec fails before Ray is even imported
+    explicit_name = overrides.get("name") is not None
+    # First: a bad spec fails before Ray is even imported.
+    spec = load_spec(spec, require_trainable=trainable is None, **overrides)
     address, where = _resolve_address(address, spec)
     if address is not None and (num_cpus is not None or num_gpus is not None):
         flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
         raise SpecError([SpecIssue("", f"{flags} {'size' if ' and ' in flags else 'sizes'} the local Ray that tuner starts, but this run connects to "
                                    f"the Ray cluster at {address} (from {where}), whose own resources apply; drop "
                                    f"{flags}, or drop the address to run locally.")], spec.source or "tuner")
-    base_dirs = [str(Path(spec.source).resolve().parent)] if spec.source else []
-    fn = trainable if trainable is not None else resolve_trainable(spec, base_dirs)
+    if trainable is not None:
+        if not callable(trainable):
+            raise TypeError(f"trainable must be a function of config or a ray.tune.Trainable subclass, but got "
+                            f"{type(trainable).__name__}")
+        # What the experiment records (for `tuner resume`): the callable's import path, when it has one.
+        ref = trainable_reference(trainable)
+        spec = load_spec(spec, trainable=ref) if ref else spec.model_copy(update={"trainable": None})
+    fn = trainable if trainable is not None else resolve_trainable(spec)
+    check_trainable(spec, fn)
     from tuner.spec import check_extras
 
     check_extras(spec)  # reporting.wandb / reporting.mlflow need their packages, before Ray starts
@@ -103,8 +116,6 @@ def prepare(
     from tuner.cluster import cluster_resources
     from tuner.resources import check_fits, local_resources
 
-    if not callable(fn):
-        raise TypeError(f"trainable must be a callable taking config, but got {type(fn).__name__}")
     cluster = None
     if ray.is_initialized():
         cluster = cluster_resources()
@@ -112,14 +123,50 @@ def prepare(
         cluster = local_resources(num_cpus, num_gpus)
     if cluster is not None:
         check_fits(spec, cluster)
+    renamed_from = None
+    if not _resume:
+        free = _free_name(spec, refuse=explicit_name)
+        if free != spec.name:
+            renamed_from, spec = spec.name, load_spec(spec, name=free)
+    elif spec.remote_storage:
+        _check_remote(spec)
     experiment_path = spec.storage_dir / spec.name
-    if spec.remote_storage:
-        _check_remote(spec, _resume)
-    elif not _resume and experiment_path.exists() and any(experiment_path.iterdir()):
-        raise spec.error("name", f"the experiment folder {experiment_path} already exists; choose another "
-                         "name (--name NAME) or remove that folder.")
-    python_path = list(dict.fromkeys([os.getcwd(), *base_dirs]))
-    return Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
+    python_path = list(dict.fromkeys([*trainable_dirs(spec), *import_roots(fn)]))
+    prepared = Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
+    prepared.renamed_from = renamed_from
+    return prepared
+
+
+def _free_name(spec: Spec, refuse: bool) -> str:
+    """The experiment name to use: ``spec.name``, or ``<name>-2``, ``-3``... when that folder
+    already holds an experiment (as Ray Tune starts a fresh folder for a run that has one).
+
+    Args:
+        spec: The spec.
+        refuse: Whether the name was given explicitly (``--name``, ``tune_model(name=...)``):
+            an existing folder is then refused instead.
+
+    Raises:
+        SpecError: An explicit name whose folder exists; an unreachable cloud storage.
+    """
+    from tuner.storage import display
+
+    for n in range(1, 1000):
+        name = spec.name if n == 1 else f"{spec.name}-{n}"
+        if spec.remote_storage:
+            taken = not _check_remote(load_spec(spec, name=name) if n > 1 else spec)
+            where = display(spec_location(spec))
+        else:
+            folder = spec.storage_dir / name
+            taken = folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
+            where = str(spec.storage_dir / spec.name)
+        if not taken:
+            return name
+        if refuse:
+            raise spec.error("name", f"the experiment folder {where} already exists; choose another name "
+                             "(--name NAME), remove that folder, or continue it with `tuner resume " + where + "`.")
+    raise spec.error("name", f"{spec.storage_dir / spec.name} and its numbered successors up to -999 all exist; "
+                     "choose another name (--name NAME).")
 
 
 def spec_location(spec: Spec) -> str:
@@ -129,20 +176,20 @@ def spec_location(spec: Spec) -> str:
     return join(spec.storage, spec.name)
 
 
-def _check_remote(spec: Spec, resume: bool) -> None:
-    """Reach a cloud ``storage`` before anything starts: the bucket can be listed, and a new
-    experiment's folder is empty."""
-    from tuner.storage import StorageError, display, is_empty
+def _check_remote(spec: Spec) -> bool:
+    """Reach a cloud ``storage`` before anything starts; returns whether the experiment's
+    folder there is empty (or missing).
 
-    location = spec_location(spec)
+    Raises:
+        SpecError: The bucket cannot be listed.
+    """
+    from tuner.storage import StorageError, is_empty
+
     try:
-        empty = is_empty(location)
+        return is_empty(spec_location(spec))
     except StorageError as err:
         raise spec.error("storage", f"{err}. Check the URI and the credentials of this machine (AWS_* variables, "
                          "GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node needs them too.") from None
-    if not resume and not empty:
-        raise spec.error("name", f"the experiment folder {display(location)} already exists; choose another "
-                         "name (--name NAME) or remove that folder.")
 
 
 def _resolve_address(address: str | None, spec: Spec) -> tuple[str | None, str]:
@@ -203,7 +250,8 @@ def plan(prepared: Prepared) -> str:
     lines = [
         f"spec:       {spec.source or '<mapping>'} is valid",
         f"experiment: {spec.name} -> {_where(prepared)}",
-        f"trainable:  {getattr(prepared.trainable, '__module__', '?')}:{getattr(prepared.trainable, '__name__', '?')}",
+        *([f"note:       {_rename_note(prepared)}"] if prepared.renamed_from else []),
+        f"trainable:  {_describe_trainable(prepared.trainable)}",
         f"trials:     {trials} ({how})",
         f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
         f"metric:     {spec.metric} ({spec.mode})" if spec.metric else "metric:     (none: no best trial)",
@@ -221,6 +269,21 @@ def plan(prepared: Prepared) -> str:
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
     return "\n".join(lines)
+
+
+def _rename_note(prepared: Prepared) -> str:
+    from tuner.storage import display, join
+
+    old = display(join(prepared.spec.storage, prepared.renamed_from or ""))
+    return (f"{old} holds an experiment already, so this run goes to {prepared.spec.name} "
+            f"(--name NAME picks another; `tuner resume {old}` continues that one)")
+
+
+def _describe_trainable(trainable: Any) -> str:
+    from tuner.spec import is_class_trainable
+
+    where = f"{getattr(trainable, '__module__', '?')}:{getattr(trainable, '__name__', '?')}"
+    return f"{where} (class trainable)" if is_class_trainable(trainable) else where
 
 
 class _InterruptWatch:
@@ -287,15 +350,39 @@ def tune_model(
 
     Returns:
         tuner.results.TuneResult: ``best_config``, ``best_metrics``,
-        ``best_checkpoint``, ``experiment_path`` and ``dataframe`` (one row per trial).
+        ``best_checkpoint``, ``experiment_path``, ``dataframe`` (one row per trial),
+        ``errors`` and ``num_errors``. When some trials errored and the others went on,
+        a warning naming them is logged (logger ``tuner``) and ``errors`` lists them.
 
     Raises:
         SpecError: If the spec, the train function, the resources or the experiment
             folder is wrong; raised before Ray starts, with nothing written.
+        TrialError: If the very first trial failed with a bug in the train function
+            before any trial reported a result, so the experiment stopped
+            (``failure.abort_on_first_error``; ``tuner run`` exits 1 there). The trial's
+            error is chained as ``__cause__``; the experiment's files are written and
+            ``err.result`` holds its TuneResult.
     """
     prepared = prepare(spec, trainable=trainable, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
                        **overrides)
-    return run_prepared(prepared)
+    result = run_prepared(prepared)
+    if result.aborted:
+        from tuner.errors import TrialError
+
+        aborted = result.aborted
+        raise TrialError(f"the first trial, {aborted['trial_id']}, failed before any trial reported a result, so "
+                         "the experiment stopped (failure.abort_on_first_error: false turns this off); its error:\n"
+                         f"{aborted['traceback']}\ntrial folder: {aborted['path']}",
+                         trial_id=aborted["trial_id"], path=aborted["path"], traceback=aborted["traceback"],
+                         result=result) from result.aborted_error
+    if result.num_errors:
+        import logging
+
+        logging.getLogger("tuner").warning(
+            "%d of %d trials errored (TuneResult.errors): %s", result.num_errors,
+            result.summary["trials"]["total"],
+            "; ".join(f"{e['trial_id']}: {e['error']} ({e['path']})" for e in result.errors))
+    return result
 
 
 def _lean_callback_usage_tag() -> None:
@@ -360,7 +447,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     from tuner.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
     from tuner.resources import check_fits, one_live_trial_note, trials_that_fit
     from tuner.space import to_ray_space
-    from tuner.trainable import build_trainable, driver_request
+    from tuner.trainable import build_trainable, checkpoint_config, driver_request, reuse_actors
 
     spec = prepared.spec
     path = prepared.experiment_path
@@ -379,6 +466,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+        if session_dir is None:
+            _ship_user_packages(prepared)
         cluster = cluster_resources(prepared.address)
         if prepared.cluster is None:
             check_fits(spec, cluster)
@@ -408,11 +497,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 max_concurrent_trials=None if basic else max_concurrent,
                 # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
                 # resume can raise it (Ray restores its own TimeoutStopper unchanged).
-                # Actor reuse: 0.25 s instead of 1.33 s a trivial trial here. TUNER_REUSE_ACTORS=0
-                # turns it off (benchmarks/trial_startup.py compares both).
-                # Not for DDP trials: Ray cannot reset a driver actor whose Train run was
-                # stopped ("reuse requires reset_config()"), and the next trial would hang.
-                reuse_actors=os.environ.get("TUNER_REUSE_ACTORS", "1") != "0" and not spec.resources.distributed,
+                reuse_actors=reuse_actors(fn, spec),
                 trial_dirname_creator=lambda t: f"{t.trainable_name}_{t.trial_id}",
             ),
             run_config=tune.RunConfig(
@@ -428,7 +513,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
                                                   fail_fast=spec.failure.fail_fast),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep),
+                checkpoint_config=checkpoint_config(fn, spec),
             ),
         )
         with _InterruptWatch() as watch:
@@ -454,6 +539,29 @@ def _before_ray_tune(prepared: Prepared) -> None:
         from ray import cloudpickle
 
         cloudpickle.register_pickle_by_value(module)
+
+
+def _ship_user_packages(prepared: Prepared) -> None:
+    """On a Ray that this process did not start (the user's ``ray.init()``, a cluster), pickle
+    the trainable's own packages by value.
+
+    tuner cannot put their folders on the workers' ``PYTHONPATH`` there (a job's
+    ``runtime_env`` is fixed when Ray starts), and workers unpickle a trainable by module
+    name: a package reached only through this process's ``sys.path`` would fail to import
+    in every trial ("No module named ..."). Inside a Ray Job the job's working_dir reaches
+    every node already.
+    """
+    from ray import cloudpickle
+
+    from tuner.cluster import RAY_JOB_CONFIG
+    from tuner.spec import user_packages
+
+    if RAY_JOB_CONFIG in os.environ:
+        return
+    for name in user_packages(prepared.trainable):
+        module = sys.modules.get(name)
+        if module is not None and name not in ("tuner", "ray"):
+            cloudpickle.register_pickle_by_value(module)
 
 
 def _finish(prepared: Prepared, grid, started: float, *, interrupted: bool, aborted_by: str | None = None,
@@ -490,6 +598,8 @@ def _echo_where(echo: Callable[[str], None], prepared: Prepared, what: str) -> N
     from tuner import reporting
 
     echo(f"{what} {prepared.spec.name}: {_where(prepared)}")
+    if prepared.renamed_from:
+        echo(f"tuner: note: {_rename_note(prepared)}")
     echo(f"TensorBoard: {'after the run, ' if prepared.remote else ''}"
          f"{reporting.tensorboard_hint(prepared.experiment_path)}")
 
@@ -578,6 +688,7 @@ def prepare_resume(
     experiment_path: str | os.PathLike,
     *,
     spec: str | os.PathLike | None = None,
+    trainable: Callable | type | None = None,
     num_cpus: float | None = None,
     num_gpus: float | None = None,
     address: str | None = None,
@@ -589,6 +700,16 @@ def prepare_resume(
     searcher/scheduler or resources changed is refused, with the changed fields named.
     The budgets ``num_samples`` and ``time_budget_s`` may grow (not shrink); the extra
     trials and seconds are added when the experiment resumes.
+
+    Args:
+        experiment_path: The experiment folder (or its cloud URI).
+        spec: A spec file to resume with; default as above.
+        trainable: The train function or class trainable, for an experiment started with
+            ``tune_model(trainable=...)`` whose trainable cannot be imported by name;
+            default the spec's ``trainable``.
+        num_cpus: CPUs of the local Ray.
+        num_gpus: GPUs of the local Ray.
+        address: A running Ray cluster to use instead.
 
     Raises:
         SpecError: If the folder is not a tuner experiment, its state cannot be read,
@@ -619,7 +740,13 @@ def prepare_resume(
                                    f"{SPEC_SNAPSHOT}); give the folder `tuner run` created, e.g. runs/mnist-asha.")],
                         str(path))
     record = json.loads(record_file.read_text())
-    saved = load_spec(path / SPEC_SNAPSHOT)
+    saved = load_spec(path / SPEC_SNAPSHOT, require_trainable=False)
+    if saved.trainable is None and trainable is None:
+        raise SpecError([SpecIssue("", f"this experiment was started from Python with tune_model(trainable=...), "
+                                   "given a callable that cannot be imported by name (a lambda, a local function, "
+                                   "a tune.with_parameters wrapper or one defined in __main__), so `tuner resume` "
+                                   "cannot find its trainable. Resume it from Python: tuner.engine.resume_prepared("
+                                   f"tuner.engine.prepare_resume({str(path)!r}, trainable=...)).")], str(path))
     source = spec or (record.get("spec_source") if record.get("spec_source") and
                       Path(record["spec_source"]).is_file() else None)
     current = load_spec(source) if source else saved
@@ -640,7 +767,11 @@ def prepare_resume(
         raise current.error("time_budget_s", f"the time budget of {current.time_budget_s:g} s is spent ({used:.1f} s "
                             "used so far), so the resumed experiment would stop at once; raise time_budget_s "
                             "in the spec to go on.")
-    prepared = prepare(current, num_cpus=num_cpus, num_gpus=num_gpus, address=address, _resume=True)
+    for folder in record.get("python_path", []):  # where the run found its trainable
+        if folder not in sys.path:
+            sys.path.append(folder)
+    prepared = prepare(current, trainable=trainable, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
+                       _resume=True)
     prepared.python_path = list(dict.fromkeys([*record.get("python_path", []), *prepared.python_path]))
     prepared.resumed_num_samples = saved.num_samples
     return prepared
@@ -672,6 +803,8 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     started = time.monotonic()
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+        if session_dir is None:
+            _ship_user_packages(prepared)
         restored_from = None if prepared.remote else restore_state_snapshot(path)
         reopen_searcher(path, prepared.resumed_num_samples or spec.num_samples, spec.num_samples)
         save_run_record(prepared)  # the spec as resumed, and the time budget the stopper reads

@@ -43,12 +43,16 @@ class TuneResult:
     Attributes:
         best_config: Config of the best trial (plain Python values), or None without a
             metric or without a finished trial.
-        best_metrics: Last reported metrics of the best trial.
-        best_checkpoint: Folder of the best trial's latest checkpoint, or None.
-        best_trial_id: Ray's id of the best trial.
-        experiment_path: The experiment folder, ``<storage>/<name>``.
+        best_metrics: Last reported metrics of the best trial (user metrics and
+            ``training_iteration``).
+        best_checkpoint: Folder (or cloud URI) of the best trial's latest checkpoint, or None.
+        best_trial_id: Ray's id of the best trial, or None.
+        experiment_path: The experiment folder, ``<storage>/<name>`` (for a cloud
+            ``storage``, its local mirror).
         dataframe: One row per trial, the same table as ``results.csv``.
         summary: The content of ``summary.json``.
+        aborted_error: The exception of the trial whose first error stopped the
+            experiment (``failure.abort_on_first_error``), or None.
     """
 
     best_config: dict[str, Any] | None
@@ -58,6 +62,13 @@ class TuneResult:
     experiment_path: str
     dataframe: pd.DataFrame
     summary: dict[str, Any] = field(default_factory=dict)
+    aborted_error: BaseException | None = field(default=None, repr=False)
+
+    @property
+    def errors(self) -> list[dict[str, str]]:
+        """The errored trials: ``trial_id``, ``error`` (the last line of its error) and
+        ``path`` (its folder, with ``error.txt``), as in ``summary.json``."""
+        return list(self.summary.get("errors", []))
 
     @property
     def num_errors(self) -> int:
@@ -167,7 +178,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         return join(display(location), Path(trial_path).name) if location else str(trial_path)
 
     rows, errors = [], []
-    aborted = None
+    aborted = aborted_error = None
     for result, status in zip(grid, statuses):
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
@@ -183,6 +194,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         if aborted_by is not None and (trial_id == aborted_by or Path(result.path).name.endswith(aborted_by)):
             aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / "error.txt", result.error),
                        "path": where(result.path)}
+            aborted_error = result.error
     frame = pd.DataFrame(rows)
     if not frame.empty and spec.metric in frame.columns:
         frame = frame.sort_values(spec.metric, ascending=spec.mode == "min", na_position="last", kind="stable")
@@ -225,7 +237,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if best_config is not None:
         atomic_write(path / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
     atomic_write(path / "results.csv", frame.to_csv(index=False))
-    return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary)
+    return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary, aborted_error)
 
 
 def _best(spec: Spec, grid: ResultGrid, statuses: list[str]):

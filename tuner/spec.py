@@ -37,6 +37,7 @@ from pydantic import (
     PrivateAttr,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -49,6 +50,13 @@ __all__ = [
     "SpecIssue",
     "load_spec",
     "resolve_trainable",
+    "check_trainable",
+    "is_class_trainable",
+    "trainable_dirs",
+    "trainable_reference",
+    "import_roots",
+    "user_packages",
+    "implements",
     "check_extras",
     "DISTRIBUTION_TYPES",
     "SEARCH_ALGORITHMS",
@@ -681,7 +689,7 @@ class Spec(_Model):
     """
 
     name: str = "experiment"
-    trainable: str
+    trainable: str | None = None  # required unless tune_model(trainable=...) passes one
     metric: str | None = None
     mode: Literal["min", "max"] | None = None
     num_samples: int = Field(default=1, ge=1)
@@ -775,10 +783,18 @@ class Spec(_Model):
             value = unquote(urlparse(value).path)
         return Path(value).expanduser().resolve()
 
+    @model_validator(mode="after")
+    def _trainable_given(self, info: ValidationInfo):
+        """``trainable`` is required, unless the caller passes the trainable itself (the context
+        of :func:`load_spec`'s ``require_trainable=False``)."""
+        if self.trainable is None and (info.context or {}).get("require_trainable", True):
+            raise _fail("trainable", "required key 'trainable' is missing.")
+        return self
+
     @field_validator("trainable")
     @classmethod
-    def _trainable(cls, value: str) -> str:
-        if not _TRAINABLE.match(value):
+    def _trainable(cls, value: str | None) -> str | None:
+        if value is not None and not _TRAINABLE.match(value):
             raise PydanticCustomError(
                 "tuner_spec",
                 f"trainable must be 'package.module:function' or 'path/to/file.py:function', but got {value!r}.",
@@ -1077,7 +1093,7 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
     return SpecIssue(dotted, msg, *(pos or (None, None)))
 
 
-def _validate(data: Any, marks: dict, source: str | None) -> Spec:
+def _validate(data: Any, marks: dict, source: str | None, require_trainable: bool = True) -> Spec:
     if data is None:
         raise SpecError([SpecIssue("", "the spec is empty; it must be a mapping with at least `trainable:`.",
                                    *((1, 1) if source else (None, None)))], source)
@@ -1086,7 +1102,7 @@ def _validate(data: Any, marks: dict, source: str | None) -> Spec:
         raise SpecError([SpecIssue("", f"the spec must be a mapping (key: value lines), but got a "
                                    f"{type(data).__name__}.", *pos)], source)
     try:
-        spec = Spec.model_validate(data)
+        spec = Spec.model_validate(data, context={"require_trainable": require_trainable})
     except ValidationError as exc:
         issues = [_issue_from_pydantic(e, data, marks) for e in exc.errors()]
         issues.sort(key=lambda i: (i.line or 0, i.col or 0))
@@ -1106,11 +1122,13 @@ def _deep_merge(base: Mapping, extra: Mapping) -> dict:
     return out
 
 
-def load_spec(spec: str | os.PathLike | Mapping | Spec, **overrides: Any) -> Spec:
+def load_spec(spec: str | os.PathLike | Mapping | Spec, *, require_trainable: bool = True, **overrides: Any) -> Spec:
     """Load and validate a spec from a YAML file, a mapping or a Spec.
 
     Args:
         spec: Path of a YAML file, a mapping with the same keys, or a Spec.
+        require_trainable: Whether the spec must name its ``trainable``; False when the
+            caller passes the trainable itself (``tune_model(spec, trainable=fn)``).
         **overrides: Top-level keys that replace the spec's (mappings are merged
             key by key), e.g. ``num_samples=4`` or ``scheduler={"max_t": 2}``.
             ``None`` values are ignored.
@@ -1128,6 +1146,7 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, **overrides: Any) -> Spe
     if isinstance(spec, Spec):
         if not overrides:
             return spec
+        require_trainable = False  # validated already, with or without one
         data: Any = spec.model_dump(exclude_unset=True)
         source, marks = spec._source, spec._marks
     elif isinstance(spec, Mapping):
@@ -1152,37 +1171,109 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, **overrides: Any) -> Spe
         data, marks = parse_yaml(text, source)
     if overrides and isinstance(data, Mapping):
         data = _deep_merge(data, overrides)
-    return _validate(data, marks, source)
+    return _validate(data, marks, source, require_trainable)
 
 
 # --------------------------------------------------------------------------- trainable
 
 
-def resolve_trainable(spec: Spec, base_dirs: Iterable[str | os.PathLike] = ()) -> Callable[[dict], Any]:
-    """Import the function named by ``spec.trainable``.
+def is_class_trainable(obj: Any) -> bool:
+    """Whether ``obj`` is a class trainable: a subclass of ``ray.tune.Trainable``.
 
-    ``pkg.module:function`` is imported as a module, with the current folder and
-    ``base_dirs`` on ``sys.path``. ``path/to/file.py:function`` is loaded from the file,
-    looked up relative to the current folder, then to each of ``base_dirs``.
+    Looks at the class's bases by name, so Ray is not imported for the answer.
+    """
+    return inspect.isclass(obj) and any(
+        base.__name__ == "Trainable" and base.__module__.startswith("ray.tune") for base in obj.__mro__)
 
-    Args:
-        spec: The validated spec.
-        base_dirs: Extra folders to look in (the CLI passes the spec file's folder).
+
+def trainable_dirs(spec: Spec) -> list[str]:
+    """The folders ``spec.trainable`` is looked up in, in order; trial workers get them on ``sys.path``.
+
+    The current folder; then, for a spec file, its folder and the nearest folder above it
+    that holds the trainable's top-level package or file (so that
+    ``search_spaces/mnist_asha.yaml`` with ``trainable: examples.mnist:train`` finds the
+    ``examples`` package beside ``search_spaces/`` from any working directory).
+    """
+    dirs = [os.getcwd()]
+    if spec.source:
+        here = Path(spec.source).resolve().parent
+        dirs.append(str(here))
+        target = (spec.trainable or "").rpartition(":")[0]
+        if target:
+            first = target if target.endswith(".py") else target.split(".")[0]
+            for folder in (here, *here.parents):
+                if (folder / first).exists() if target.endswith(".py") else \
+                        ((folder / first).is_dir() or (folder / f"{first}.py").is_file()):
+                    dirs.append(str(folder))
+                    break
+    return list(dict.fromkeys(dirs))
+
+
+def user_packages(trainable: Any) -> dict[str, str]:
+    """The top-level packages (or modules) of ``trainable`` that are not installed, and the
+    folder each was imported from here.
+
+    Workers unpickle a function or class by its module's name, so such a package must reach
+    them: through ``sys.path`` (:func:`import_roots`, when tuner starts Ray) or pickled by
+    value (when the user's Ray already runs). A wrapper such as ``tune.with_parameters`` is
+    looked through: the functions and classes it closes over count too. ``__main__`` and
+    file-path trainables are left out: Ray and tuner pickle those by value already.
 
     Returns:
-        The train function: a callable taking one argument, ``config``.
+        ``{"mypkg": "/home/me/project"}``, possibly empty.
+    """
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    installed = {os.path.realpath(paths[k]) for k in ("purelib", "platlib") if paths.get(k)}
+    objects = [trainable, *(c.cell_contents for c in (getattr(trainable, "__closure__", None) or ())
+                            if callable(getattr(c, "cell_contents", None)))]
+    found: dict[str, str] = {}
+    for obj in objects:
+        name = getattr(obj, "__module__", None) or ""
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not file or name == "__main__" or name.startswith("tuner_user_"):
+            continue
+        root = Path(file).resolve().parent
+        for _ in range(name.count(".") + (Path(file).name == "__init__.py")):
+            root = root.parent
+        if not any(str(root).startswith(prefix) for prefix in installed):
+            found.setdefault(name.split(".")[0], str(root))
+    return found
+
+
+def import_roots(trainable: Any) -> list[str]:
+    """Folders that trial workers need on ``sys.path`` to import ``trainable`` by module name
+    (see :func:`user_packages`)."""
+    return list(dict.fromkeys(user_packages(trainable).values()))
+
+
+def resolve_trainable(spec: Spec) -> Callable[[dict], Any] | type:
+    """Import the train function or class trainable named by ``spec.trainable``.
+
+    ``pkg.module:name`` is imported as a module, with :func:`trainable_dirs` on
+    ``sys.path`` (after what is there already). ``path/to/file.py:name`` is loaded from the
+    file, looked up in the same folders.
+
+    Args:
+        spec: The validated spec, with a ``trainable``.
+
+    Returns:
+        The train function (a callable taking one argument, ``config``), or a class
+        trainable (a ``ray.tune.Trainable`` subclass).
 
     Raises:
-        SpecError: If the module or file cannot be found or imported, the function is
-            not there, or it does not take exactly one argument.
+        SpecError: If the module or file cannot be found or imported, the name is not
+            there, or it is neither a function of one argument nor a ``Trainable`` subclass.
     """
     target, _, func_name = spec.trainable.rpartition(":")
-    dirs = [os.getcwd(), *(os.fspath(d) for d in base_dirs)]
+    dirs = trainable_dirs(spec)
+    where = _allowed(dirs[:2]) + (f" and the folders above {dirs[1]}" if len(dirs) > 1 else "")
     try:
         if target.endswith(".py"):
             file = next((Path(d, target) for d in dirs if Path(d, target).is_file()), None)
             if file is None:
-                raise spec.error("trainable", f"file '{target}' not found (looked in {_allowed(dirs)}).")
+                raise spec.error("trainable", f"file '{target}' not found (looked in {where}).")
             module = _import_file(file.resolve())
         else:
             for d in reversed(dirs):
@@ -1193,7 +1284,7 @@ def resolve_trainable(spec: Spec, base_dirs: Iterable[str | os.PathLike] = ()) -
             except ModuleNotFoundError as exc:
                 if exc.name and target.startswith(exc.name):
                     raise spec.error("trainable", f"module '{exc.name}' not found (looked on sys.path, including "
-                                     f"{_allowed(dirs)}).") from None
+                                     f"{where}).") from None
                 raise
     except SpecError:
         raise
@@ -1207,8 +1298,11 @@ def resolve_trainable(spec: Spec, base_dirs: Iterable[str | os.PathLike] = ()) -
         guess = f"; did you mean '{hint}'?" if hint else ""
         raise spec.error("trainable", f"'{target}' has no function '{func_name}'{guess}"
                          + (f" Functions there: {_allowed(sorted(names))}." if names else ""))
-    if not callable(func):
-        raise spec.error("trainable", f"'{spec.trainable}' is a {type(func).__name__}, not a function.")
+    if is_class_trainable(func):
+        return func
+    if inspect.isclass(func) or not callable(func):
+        raise spec.error("trainable", f"'{spec.trainable}' is a {_kind(func)}, not a function of config or a "
+                         "ray.tune.Trainable subclass.")
     try:
         params = [p for p in inspect.signature(func).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
@@ -1219,6 +1313,67 @@ def resolve_trainable(spec: Spec, base_dirs: Iterable[str | os.PathLike] = ()) -
         raise spec.error("trainable", f"'{spec.trainable}' must take one argument, config, but it takes "
                          f"{len(params)} required arguments.")
     return func
+
+
+def _kind(obj: Any) -> str:
+    return f"class ({obj.__name__}, not a ray.tune.Trainable subclass)" if inspect.isclass(obj) \
+        else type(obj).__name__
+
+
+def trainable_reference(obj: Any) -> str | None:
+    """``"module:name"`` that imports ``obj`` again, or None (a lambda, a local or ``__main__`` object,
+    a ``tune.with_parameters`` wrapper...). A spec records it for ``tuner resume``."""
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if not module or module == "__main__" or not name or "." in name or "<" in name:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except Exception:  # noqa: BLE001 - not importable by name
+        return None
+    ref = f"{module}:{name}"
+    return ref if found is obj and _TRAINABLE.match(ref) else None
+
+
+def check_trainable(spec: Spec, trainable: Any) -> None:
+    """Refuse the spec features a class trainable cannot honour, before anything starts.
+
+    A class trainable (``ray.tune.Trainable``) runs as one process and is checkpointed by
+    Ray through its own ``save_checkpoint``, so:
+
+    * ``resources.workers`` (DDP) needs a train function: tuner launches its worker group;
+    * ``oom_backoff`` needs a train function: tuner restarts it with a smaller batch;
+    * ``hyperband``/``bohb`` pause trials and resume them from a checkpoint, so the class
+      must implement ``save_checkpoint`` and ``load_checkpoint``.
+
+    Raises:
+        SpecError: Naming the field and why.
+    """
+    if not is_class_trainable(trainable):
+        return
+    name = trainable.__name__
+    if spec.resources.distributed:
+        raise spec.error("resources.workers", f"resources.workers makes each trial a DDP group of train-function "
+                         f"processes, but {name} is a class trainable (ray.tune.Trainable), which runs as one "
+                         "process; use a train function (see tuner.trial) or drop resources.workers.")
+    if spec.oom_backoff:
+        raise spec.error("oom_backoff", f"oom_backoff restarts a train function with a smaller batch, but {name} is "
+                         "a class trainable (ray.tune.Trainable); catch torch.cuda.OutOfMemoryError in its step, or "
+                         "drop oom_backoff.")
+    if spec.scheduler.type in SYNCHRONOUS_HYPERBAND:
+        missing = [m for m in ("save_checkpoint", "load_checkpoint") if not implements(trainable, m)]
+        if missing:
+            raise spec.error("scheduler.type", f"scheduler {spec.scheduler.type} pauses trials and resumes them from "
+                             f"a checkpoint, but {name} does not implement {' and '.join(missing)}; implement "
+                             "them, or use scheduler asha, which never pauses.")
+
+
+def implements(cls: type, method: str) -> bool:
+    """Whether a class trainable implements ``method`` (``save_checkpoint``, ``reset_config``, ...)
+    itself or in a base below ``ray.tune.Trainable``, whose versions do nothing or raise."""
+    for base in cls.__mro__:
+        if method in vars(base):
+            return not (base.__name__ == "Trainable" and base.__module__.startswith("ray.tune"))
+    return False
 
 
 def _import_file(file: Path):

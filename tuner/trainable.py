@@ -27,9 +27,10 @@ from typing import Any, Callable
 
 from tuner import trial
 from tuner.space import plain
-from tuner.spec import Spec
+from tuner.spec import Spec, implements, is_class_trainable
 
-__all__ = ["build_trainable", "driver_request", "OutOfMemoryBackoffError", "TrialTimeoutError"]
+__all__ = ["build_trainable", "class_trainable", "checkpoint_config", "reuse_actors", "driver_request",
+           "OutOfMemoryBackoffError", "TrialTimeoutError"]
 
 logger = logging.getLogger("tuner")
 
@@ -182,21 +183,22 @@ def _current_trial_id() -> str | None:
         return None
 
 
-def _marker_path(fn: Callable, experiment_path: str) -> str | None:
-    """Where a timed-out trial leaves its reason: ``<experiment>/<trial dir>/trial_timeout.txt``
-    (a folder path, or a cloud URI: :func:`tuner.storage.join`)."""
+def _marker_path(name: str, experiment_path: str, trial_id: str | None = None) -> str | None:
+    """Where a timed-out trial leaves its reason: ``<experiment>/<name>_<trial id>/trial_timeout.txt``
+    (a folder path, or a cloud URI: :func:`tuner.storage.join`); None outside a trial."""
     from tuner.storage import join
 
-    trial_id = _current_trial_id()
+    trial_id = trial_id or _current_trial_id()
     if trial_id is None:
         return None
-    return join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{trial_id}", TIMEOUT_MARKER)
+    return join(experiment_path, f"{name}_{trial_id}", TIMEOUT_MARKER)
 
 
 def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> Any:
     """Run the train function in this Tune trial, with a time limit and OOM back-off."""
+    _guard_reports(spec.metric)
     try:
-        with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(fn, experiment_path)):
+        with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(_name(fn), experiment_path)):
             return _run_with_backoff(fn, spec, config)
     except TrialTimeoutError as err:
         raise _timed_out(spec) from err
@@ -271,7 +273,7 @@ def release_placement_groups(trial_dir: str | os.PathLike) -> int:
 def _ddp_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> None:
     """Drive one DDP trial, with a time limit."""
     try:
-        with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(fn, experiment_path)):
+        with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(_name(fn), experiment_path)):
             _drive_ddp(fn, spec, experiment_path, config)
     except TrialTimeoutError as err:
         raise _timed_out(spec) from err
@@ -291,7 +293,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
     # run's checkpoints live with the experiment and survive the Ray session.
     from tuner.storage import join
 
-    trial_dir = join(experiment_path, f"{getattr(fn, '__name__', 'trial')}_{ctx.get_trial_id()}")
+    trial_dir = join(experiment_path, f"{_name(fn)}_{ctx.get_trial_id()}")
     config = plain(config)
     resume_from = None
     while True:
@@ -340,28 +342,178 @@ def _newest_checkpoint(run_dir: str) -> str | None:
     return join(run_dir, names[-1]) if names else None
 
 
-def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike) -> Callable[[dict], Any]:
-    """Wrap a train function into the Tune function trainable for ``spec``.
+def _name(trainable: Any) -> str:
+    """The trainable's name, as Ray Tune names its trials (``<name>_<trial id>``)."""
+    return getattr(trainable, "__name__", "trial")
+
+
+def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike) -> Callable[[dict], Any] | type:
+    """Wrap a train function or a class trainable into the Tune trainable for ``spec``.
 
     Args:
-        fn: The user's train function, taking ``config``.
-        spec: The validated spec (resources, amp, oom_backoff, trial_timeout_s).
+        fn: The user's train function, taking ``config``; or a ``ray.tune.Trainable``
+            subclass (see :func:`class_trainable`).
+        spec: The validated spec (resources, amp, oom_backoff, trial_timeout_s, metric).
         experiment_path: The experiment folder (trial folders are ``<fn name>_<trial id>``),
             or its cloud URI (:mod:`tuner.storage`).
 
     Returns:
-        A function of ``config`` named like ``fn`` (so the table shows
-        ``train_<trial id>``): a single-process trial, or the driver of a DDP trial.
+        For a function, a function of ``config`` named like ``fn`` (so the table shows
+        ``train_<trial id>``): a single-process trial, or the driver of a DDP trial. For
+        a class, a subclass of it with the same name.
     """
+    if is_class_trainable(fn):
+        return class_trainable(fn, spec, os.fspath(experiment_path))
     entry = _ddp_trial if spec.resources.distributed else _single_process_trial
     wrapped = functools.partial(entry, fn, spec, os.fspath(experiment_path))
-    name = getattr(fn, "__name__", "trial")
+    name = _name(fn)
 
     def trainable(config):
         return wrapped(config)
 
     trainable.__name__ = trainable.__qualname__ = name
     return trainable
+
+
+def _guard_reports(metric: str | None) -> None:
+    """Refuse a non-finite ``metric`` however this trial's function reports it.
+
+    ``tuner.trial.report`` checks its own results; a Ray Tune function trainable that
+    calls ``ray.tune.report`` (or returns a dict) goes through the trial's Ray session
+    instead, so its ``report`` is wrapped here, in the trial's process, to raise
+    :class:`~tuner.trial.NonFiniteMetricError` before the result reaches the driver (and
+    the scheduler's rungs). Ray's session object is per actor and reset between trials
+    of a reused actor, so the guard is installed once and kept.
+    """
+    if not metric:
+        return
+    from tuner import ray_internals
+
+    session = ray_internals.tune_session()
+    if session is None:
+        return
+    original = getattr(session, "_tuner_unguarded_report", None) or session.report
+
+    def report(metrics, *args, **kwargs):
+        trial.check_finite(metrics, metric)
+        return original(metrics, *args, **kwargs)
+
+    session._tuner_unguarded_report = original
+    session.report = report
+
+
+def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
+    """Subclass a ``ray.tune.Trainable`` so that it keeps the spec's promises.
+
+    The subclass has the user's class name (trials are ``<name>_<trial id>``) and:
+
+    * gives ``setup`` and ``reset_config`` plain Python values (no numpy scalars from
+      BOHB), and keeps ``self.config`` plain;
+    * ends a trial that runs longer than ``trial_timeout_s`` in all (``setup`` and every
+      ``step`` count), with :class:`TrialTimeoutError`;
+    * fails a trial whose ``step`` returns a NaN or infinite ``metric``
+      (:class:`~tuner.trial.NonFiniteMetricError`), so the scheduler never sees it;
+    * sets up :mod:`tuner.trial` (``amp``, ``device()``) for the code in the class.
+
+    Ray Tune itself calls ``save_checkpoint``/``load_checkpoint`` (every
+    ``checkpoint.frequency`` iterations, see :func:`checkpoint_config`), ``reset_config``
+    when it reuses the actor, and ``cleanup``.
+
+    Args:
+        cls: The user's ``ray.tune.Trainable`` subclass.
+        spec: The validated spec.
+        experiment_path: The experiment folder, or its cloud URI.
+
+    Returns:
+        The subclass, for ``tune.with_resources``.
+    """
+    metric, timeout_s = spec.metric, spec.trial_timeout_s
+    name = cls.__name__
+
+    class _TunerTrainable(cls):  # type: ignore[misc, valid-type]
+        def __init__(self, config=None, *args, **kwargs):
+            from tuner.ray_internals import trial_id_in_config
+
+            self._tuner_deadline = _deadline(timeout_s)
+            self._tuner_trial_id = trial_id_in_config(config)
+            trial._configure(_options(spec, {}, distributed=False))
+            try:
+                with self._tuner_watch("setup"):
+                    super().__init__(plain(config or {}), *args, **kwargs)
+            except TrialTimeoutError as err:
+                raise _timed_out(spec) from err
+            self.config = plain(self.config)
+
+        def _tuner_watch(self, what: str) -> "_Watchdog":
+            remaining = None if self._tuner_deadline is None else max(self._tuner_deadline - _now(), 0.001)
+            marker = _marker_path(name, experiment_path, self._tuner_trial_id) if self._tuner_trial_id else None
+            return _Watchdog(remaining, _timeout_message(spec), marker)
+
+        def step(self):
+            try:
+                with self._tuner_watch("step"):
+                    result = super().step()
+            except TrialTimeoutError as err:
+                raise _timed_out(spec) from err
+            if isinstance(result, dict):
+                trial.check_finite(result, metric)
+            return result
+
+        def reset(self, new_config, *args, **kwargs):
+            from tuner.ray_internals import trial_id_in_config
+
+            self._tuner_deadline = _deadline(timeout_s)
+            self._tuner_trial_id = trial_id_in_config(new_config) or self._tuner_trial_id
+            return super().reset(plain(new_config), *args, **kwargs)
+
+    _TunerTrainable.__name__ = _TunerTrainable.__qualname__ = name
+    _TunerTrainable.__doc__ = cls.__doc__
+    return _TunerTrainable
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _deadline(timeout_s: float | None) -> float | None:
+    return None if not timeout_s else _now() + timeout_s
+
+
+def checkpoint_config(trainable: Any, spec: Spec):
+    """Ray Tune's ``CheckpointConfig`` for the spec's ``checkpoint`` section.
+
+    ``num_to_keep`` applies to every trainable. A class trainable that implements
+    ``save_checkpoint`` is also checkpointed by Ray every ``checkpoint.frequency``
+    iterations and at its end (Ray's ``checkpoint_frequency``, ``checkpoint_at_end``); one
+    that does not is never checkpointed. A function trainable passes its checkpoints to
+    ``report`` itself, and :func:`tuner.trial.report` keeps every
+    ``checkpoint.frequency``-th of them.
+    """
+    from ray import tune
+
+    if is_class_trainable(trainable):
+        if implements(trainable, "save_checkpoint"):
+            return tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep,
+                                         checkpoint_frequency=spec.checkpoint.frequency, checkpoint_at_end=True)
+        # Ray checkpoints class trainables at their end by default; without save_checkpoint it would raise.
+        return tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep, checkpoint_at_end=False)
+    return tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep)
+
+
+def reuse_actors(trainable: Any, spec: Spec) -> bool:
+    """Whether Ray Tune may reuse a trial's actor for the next trial (``TuneConfig.reuse_actors``).
+
+    On for function trainables (0.25 s instead of 1.33 s a trivial trial here;
+    ``TUNER_REUSE_ACTORS=0`` turns it off, benchmarks/trial_startup.py compares both) and
+    for class trainables that implement ``reset_config``. Off for DDP trials: Ray cannot
+    reset a driver actor whose Train run was stopped ("reuse requires reset_config()"),
+    and the next trial would hang.
+    """
+    if os.environ.get("TUNER_REUSE_ACTORS", "1") == "0" or spec.resources.distributed:
+        return False
+    return not is_class_trainable(trainable) or implements(trainable, "reset_config")
 
 
 def driver_request(spec: Spec) -> dict[str, float]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import shutil
 import tempfile
@@ -358,7 +359,7 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
     global _latest_checkpoint, _reports
     clean = {str(k): _scalar(k, v) for k, v in metrics.items()}
     clean.update(_opts().extra_metrics)
-    _check_finite(clean, _opts().metric)
+    check_finite(clean, _opts().metric)
     _reports += 1
     if _reports % _opts().checkpoint_frequency:
         checkpoint_dir = None  # checkpoint.frequency: keep every n-th
@@ -393,11 +394,24 @@ class NonFiniteMetricError(FloatingPointError):
     """The tuned metric was NaN or inf: the trial is failed, never the best."""
 
 
-def _check_finite(metrics: Mapping[str, Any], name: str | None) -> None:
+def check_finite(metrics: Mapping[str, Any], name: str | None) -> None:
+    """Refuse a result whose tuned metric is NaN or infinite.
+
+    Called on every result of every kind of trainable before it leaves the trial's
+    process (``tuner.trial.report``, a raw ``ray.tune.report``, a class trainable's
+    ``step``), so a non-finite value never reaches the scheduler's rungs.
+
+    Args:
+        metrics: One result, metric name to value.
+        name: The spec's metric; None checks nothing.
+
+    Raises:
+        NonFiniteMetricError: When ``metrics[name]`` is a number that is NaN or +-inf.
+    """
     value = metrics.get(name) if name else None
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(float(value)):
         raise NonFiniteMetricError(
-            f"metric {name!r} is {value}; a NaN or inf result fails the trial, so it is never the best "
+            f"metric {name!r} is {float(value)}; a NaN or inf result fails the trial, so it is never the best "
             "and never moves a scheduler's rung cutoffs (check the learning rate, or clip gradients)."
         )
 

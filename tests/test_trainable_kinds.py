@@ -1,0 +1,182 @@
+"""Every kind of trainable keeps tuner's promises: class trainables (ray.tune.Trainable),
+Ray Tune function trainables (ray.tune.report, or a returned dict), tune.with_parameters,
+and tuner.trial functions. All on a real local Ray (2 CPUs)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuner import tune_model
+from tuner.spec import SpecError
+
+X = {"type": "uniform", "low": 0, "high": 1}
+
+
+def spec(tmp_path, **kw):
+    out = {
+        "name": "k",
+        "metric": "loss",
+        "mode": "min",
+        "num_samples": 4,
+        "seed": 0,
+        "param_space": {"x": X},
+        "stop": {"training_iteration": 4},
+        "reporting": {"cli": False, "tensorboard": False},
+        "storage": str(tmp_path),
+    }
+    out.update(kw)
+    return out
+
+
+def rows(experiment, prefix):
+    """Every result of every trial, from the trials' result.json files: {trial folder: [result, ...]}."""
+    return {d.name: [json.loads(line) for line in (d / "result.json").read_text().splitlines()]
+            for d in experiment.glob(f"{prefix}_*") if (d / "result.json").is_file()}
+
+
+COMBOS = [("random", "hyperband"), ("optuna", "asha"), ("bohb", "bohb"), ("grid", "median")]
+
+
+@pytest.mark.parametrize("algo,sched", COMBOS, ids=[f"{a}-{s}" for a, s in COMBOS])
+def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, algo, sched):
+    """A ray.tune.Trainable subclass runs from the spec under each searcher and scheduler, with
+    plain Python configs, Ray's checkpoints every checkpoint.frequency steps, and actor reuse."""
+    from tests.trainables import Counter
+
+    space = {"x": {**X, "grid_points": 4} if algo == "grid" else X, "opt": {"type": "choice", "values": ["a", "b"]}}
+    scheduler = {"type": sched, "max_t": 4, "reduction_factor": 2} if sched != "median" else {"type": "median"}
+    # Ray's Hyperband fills its no-rung bracket (3 trials here) first: 6 trials reach a rung.
+    samples = {"grid": 1, "random": 6}.get(algo, 4)
+    result = tune_model(spec(tmp_path, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
+                             num_samples=samples, checkpoint={"frequency": 2}), trainable=Counter)
+    df = result.dataframe
+    assert len(df) == (8 if algo == "grid" else samples)
+    assert set(df["status"]) == {"TERMINATED"}, df[["trial_id", "status"]]
+    assert set(df["x_type"]) == {"float"}, "configs are plain Python values, also under BOHB"
+    assert type(result.best_config["opt"]) is str and result.best_metrics["loss"] == df["loss"].min()
+    trials = rows(tmp_path / "k", "Counter")
+    assert len(trials) == len(df)
+    finished = [name for name, rs in trials.items() if rs[-1]["training_iteration"] == 4]
+    assert finished, "some trial ran to the end"
+    for name in finished:  # Ray checkpointed every 2 iterations and at the end; num_to_keep=2
+        kept = sorted(p.name for p in (tmp_path / "k" / name).glob("checkpoint_*"))
+        assert len(kept) == 2, (name, kept)
+    assert result.best_checkpoint and Path(result.best_checkpoint).parent.parent == tmp_path / "k"
+    # (step, iteration, restored from, resets) of each result, for the messages below.
+    seen = {n: [(r["step_no"], r["training_iteration"], r["restored_from"], r["resets"]) for r in rs]
+            for n, rs in sorted(trials.items())}
+    assert all(r["step_no"] == r["training_iteration"] for rs in trials.values() for r in rs), \
+        f"a restored trial went on from the right checkpoint: {seen}"
+    if sched in ("hyperband", "bohb"):
+        assert any(r["restored_from"] > 0 for rs in trials.values() for r in rs), \
+            f"a paused trial went on from its checkpoint: {seen}"
+    else:  # Hyperband pauses: a restored trial may get a fresh actor
+        assert max(r["resets"] for rs in trials.values() for r in rs) > 0, f"Ray reused actors (reset_config): {seen}"
+
+
+def test_class_trainable_failures_timeout_and_amp(ray_local, tmp_path):
+    """failure.max_failures restores a class trainable from its checkpoint; trial_timeout_s ends
+    one that runs too long; amp reaches tuner.trial inside the class."""
+    from tests.trainables import Counter
+
+    space = {"x": {"type": "grid", "values": [0.2, 0.8]}, "fail_dir": str(tmp_path), "fail_at": 3}
+    result = tune_model(spec(tmp_path, num_samples=1, param_space=space, failure={"max_failures": 1}, amp=True),
+                        trainable=Counter)
+    assert set(result.dataframe["status"]) == {"TERMINATED"}
+    for name, rs in rows(tmp_path / "k", "Counter").items():
+        assert [r["step_no"] for r in rs][-1] == 4 and rs[-1]["restored_from"] == 2, \
+            (name, [(r["step_no"], r["restored_from"]) for r in rs])
+        assert all(r["amp"] == 1.0 for r in rs)
+    slow = tune_model(spec(tmp_path, name="slow", num_samples=1, trial_timeout_s=3,
+                           param_space={"x": {"type": "grid", "values": [0.2, 0.8]}, "sleep": 2}), trainable=Counter)
+    assert set(slow.dataframe["status"]) == {"ERROR"}
+    assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
+                                     "trial_timeout_s=3 s") for e in slow.errors), slow.errors
+
+
+def test_class_trainable_refusals(tmp_path):
+    """What a class trainable cannot do is refused before anything starts, with the reason."""
+    from tests.trainables import Counter, NoCheckpoints
+
+    with pytest.raises(SpecError, match=r"resources.workers: resources.workers makes each trial a DDP group .*"
+                                        r"but Counter is a class trainable"):
+        tune_model(spec(tmp_path, resources={"workers": 2}), trainable=Counter)
+    with pytest.raises(SpecError, match=r"oom_backoff: oom_backoff restarts a train function .* but Counter is a "
+                                        r"class trainable"):
+        tune_model(spec(tmp_path, param_space={"batch_size": 8}, oom_backoff="batch_size"), trainable=Counter)
+    with pytest.raises(SpecError, match=r"scheduler.type: scheduler hyperband pauses trials .* but NoCheckpoints "
+                                        r"does not implement save_checkpoint and load_checkpoint"):
+        tune_model(spec(tmp_path, scheduler={"type": "hyperband"}), trainable=NoCheckpoints)
+    assert not list(tmp_path.iterdir()), "nothing written"
+
+
+KINDS = [("tests.trainables:nan_metric", "inf"), ("tests.trainables:raw_ray_nan", "nan"),
+         ("tests.trainables:returns_metrics", "-inf"), ("tests.trainables:Counter", "nan")]
+
+
+@pytest.mark.parametrize("kind,bad", KINDS, ids=[f"{k.split(':')[1]}-{b}" for k, b in KINDS])
+def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, bad):
+    """Whatever the kind of trainable, a NaN or inf metric fails its trial inside the trial's
+    process: ASHA's rungs record only finite values, and the trial ends in ERROR."""
+    from ray import tune
+
+    from tuner.algorithms import build_scheduler
+    from tuner.spec import load_spec, resolve_trainable
+    from tuner.trainable import build_trainable
+
+    s = load_spec(spec(tmp_path, trainable=kind, num_samples=6, stop={"training_iteration": 3},
+                       failure={"abort_on_first_error": False},
+                       param_space={"x": X, "nan_above": 0.5, "bad_value": bad},
+                       scheduler={"type": "asha", "max_t": 3, "grace_period": 1, "reduction_factor": 2}))
+    scheduler = build_scheduler(s)
+    grid = tune.Tuner(
+        build_trainable(resolve_trainable(s), s, tmp_path / "k"),
+        param_space={"x": tune.uniform(0, 1), "nan_above": 0.5, "bad_value": bad, "fail_dir": ""},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=6, scheduler=scheduler,
+                                    search_alg=tune.search.BasicVariantGenerator(random_state=0)),
+        run_config=tune.RunConfig(name="k", storage_path=str(tmp_path), verbose=0,
+                                  stop={"training_iteration": 3}),
+    ).fit()
+    recorded = [v for bracket in scheduler._brackets for _, rung in bracket._rungs for v in rung.values()]
+    assert recorded and all(math.isfinite(v) for v in recorded), recorded
+    for result in grid:
+        bad_trial = result.config["x"] > 0.5
+        assert (result.error is not None) == bad_trial, (result.config, result.error)
+        if bad_trial:
+            assert "NonFiniteMetricError" in str(result.error)
+            assert math.isfinite(result.metrics.get("loss", 0.0))
+
+
+def test_with_parameters_passes_data_through_the_object_store(ray_local, tmp_path):
+    """tune.with_parameters(train, data=...) works as trainable=, for functions and classes; the
+    data is not copied into the trainable or the experiment: trials read the object store's copy."""
+    from ray import tune
+
+    from tests.trainables import with_data
+
+    data = np.arange(4_000_000, dtype=np.float64)  # 32 MB
+    result = tune_model(spec(tmp_path, num_samples=3, stop=None), trainable=tune.with_parameters(with_data, data=data))
+    df = result.dataframe
+    assert set(df["status"]) == {"TERMINATED"} and (df["nbytes"] == data.nbytes).all()
+    assert (df["writeable"] == 0.0).all(), "each trial maps the object store's read-only copy, zero-copy"
+    stored = sum(p.stat().st_size for p in (tmp_path / "k").rglob("*") if p.is_file())
+    assert stored < 2_000_000, f"the experiment holds {stored} bytes: the data was pickled with the trainable"
+    assert result.best_metrics["loss"] == pytest.approx(45.0 + result.best_config["x"])
+
+
+def test_tune_model_with_a_trainable_and_no_trainable_key(ray_local, tmp_path):
+    """The spec needs no `trainable:` when tune_model gets trainable=; the experiment records the
+    callable's import path, so `tuner resume` can find it."""
+    from tests.trainables import quadratic
+
+    result = tune_model(spec(tmp_path, num_samples=2, stop=None, param_space={"x": X, "epochs": 2}),
+                        trainable=quadratic)
+    assert set(result.dataframe["status"]) == {"TERMINATED"}
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "k" / "spec.yaml").read_text())["trainable"] == "tests.trainables:quadratic"
+    with pytest.raises(SpecError, match=r"<spec>: trainable: required key 'trainable' is missing\."):
+        tune_model(spec(tmp_path, name="none"))
