@@ -1,7 +1,6 @@
 """Tiny train functions for the integration tests (importable by Ray workers as tests.trainables)."""
 
 import json
-import math
 import os
 import tempfile
 
