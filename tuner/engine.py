@@ -210,7 +210,7 @@ def plan(prepared: Prepared) -> str:
     ]
     budget = []
     if spec.stop:
-        budget.append("stop " + ", ".join(f"{k} >= {v:g}" for k, v in spec.stop.items()))
+        budget.append("stop " + ", ".join(f"{k} {op} {v:g}" for k, op, v in spec.stop_criteria))
     if spec.time_budget_s:
         budget.append(f"time budget {spec.time_budget_s:g} s")
     if budget:
@@ -376,7 +376,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         from tuner.storage import upload
 
         upload(path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
-    abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD)
+    abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
+                              metric=spec.metric, mode=spec.mode)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         cluster = cluster_resources(prepared.address)
