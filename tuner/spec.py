@@ -5,7 +5,11 @@ mistake in it is refused here, before Ray starts and before anything is written.
 
 Loading is YAML 1.1 ``safe_load`` semantics with two fixes that users of PyYAML trip
 over: ``1e-4`` is a float (YAML 1.2 reading), and a key given twice is an error instead
-of a silent overwrite. Every error carries ``file:line:col`` and the field path, e.g.::
+of a silent overwrite. What a hostile document can cost is bounded while it is read:
+aliases expand to at most :data:`MAX_YAML_NODES` nodes, lists and mappings nest at most
+:data:`MAX_NESTING` deep, a file holds at most :data:`MAX_SPEC_BYTES`. Values are strict
+(a YAML boolean is no number, numbers are finite, names are not blank). Every error
+carries ``file:line:col`` (or the ``--set`` that gave the value) and the field path, e.g.::
 
     space.yaml:7:21: param_space.lr.low: `low < high` must hold, but got (low=0.1, high=0.001).
 
