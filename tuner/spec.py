@@ -358,7 +358,7 @@ _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
 class _Search(_Model):
-    points_to_evaluate: list[dict[str, Any]] | None = None
+    points_to_evaluate: list[dict[NonBlank, Any]] | None = None
 
 
 class RandomSearch(_Search):
@@ -1311,7 +1311,10 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict, origins: Mapping[tup
     ctx = err.get("ctx") or {}
     etype = err["type"]
     extra = ctx.get("field")
-    key_mark = "[key]" in err["loc"]  # a mapping's key is wrong, not its value
+    loc = list(err["loc"])
+    # A mapping's key is wrong, not its value (pydantic's location ends "..., key, '[key]'").
+    bad_key = "[key]" in loc and loc.index("[key]") > 0 and path[-1:] == [loc[loc.index("[key]") - 1]]
+    key_mark = bad_key
     if extra:
         path.extend(extra.split("."))
         key_mark = bool(ctx.get("key"))
@@ -1352,9 +1355,9 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict, origins: Mapping[tup
             msg += f", but got a {type(value).__name__}." if etype.endswith("_type") else "."
         if isinstance(value, bool) and etype in ("int_type", "float_type"):
             msg = msg[:-1] + "; YAML reads yes, no, on, off, true and false as booleans, so write a number."
-    if "[key]" in err["loc"] and path:
+    if bad_key:
         msg = f"a key {msg}"
-    dotted = ".".join(str(p) for p in (path[:-1] if "[key]" in err["loc"] else path))
+    dotted = ".".join(str(p) for p in (path[:-1] if bad_key else path))
     key = tuple(path)
     origin = _origin_of(key, origins or {})
     if origin is not None:
@@ -1594,11 +1597,11 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, *, sets: Iterable[Overri
             data = _apply_override(data, override, marks, origins)
         if overrides:
             data = _deep_merge(data, overrides)
-    _check_nesting(data, source)
+    _check_nesting(data, source, origins)
     return _validate(data, marks, source, origins)
 
 
-def _check_nesting(data: Any, source: str | None) -> None:
+def _check_nesting(data: Any, source: str | None, origins: Mapping[tuple, str]) -> None:
     """Refuse data that nests lists and mappings deeper than :data:`MAX_NESTING`.
 
     YAML is bounded as it is read (:func:`parse_yaml`); this bounds a spec given as a
@@ -1606,7 +1609,8 @@ def _check_nesting(data: Any, source: str | None) -> None:
     Shared values are walked once per depth, not once per reference.
 
     Raises:
-        SpecError: At the first list or mapping past the bound.
+        SpecError: At the first list or mapping past the bound (naming the ``--set``
+            that put it there, if one did).
     """
     deepest: dict[int, int] = {}
     stack = [(data, 1, ())]
@@ -1615,7 +1619,8 @@ def _check_nesting(data: Any, source: str | None) -> None:
         if not isinstance(value, (Mapping, list, tuple)) or deepest.get(id(value), 0) >= depth:
             continue
         if depth > MAX_NESTING:
-            raise SpecError([SpecIssue(_dotted(path), f"the spec would {_TOO_DEEP}")], source)
+            raise SpecError([SpecIssue(_dotted(path), f"the spec would {_TOO_DEEP}",
+                                       source=_origin_of(path, origins))], source)
         deepest[id(value)] = depth
         items = value.items() if isinstance(value, Mapping) else enumerate(value)
         stack.extend((sub, depth + 1, path + (key,)) for key, sub in items)
