@@ -20,11 +20,14 @@ def ray_local():
     ray.shutdown()
 
 
-def run_cli(*args, cwd=None, env=None, timeout=300):
-    """Run `python -m tuner ARGS` in a subprocess; returns CompletedProcess (text)."""
+def run_cli(*args, cwd=None, env=None, timeout=300, preexec_fn=None):
+    """Run `python -m tuner ARGS` in a subprocess; returns CompletedProcess (text).
+
+    ``preexec_fn`` runs in the child before it starts (e.g. ``resource.setrlimit``).
+    """
     import subprocess
 
     full_env = {**os.environ, **(env or {})}
     full_env.pop("TUNER_DEBUG", None) if env is None or "TUNER_DEBUG" not in env else None
     return subprocess.run([sys.executable, "-m", "tuner", *map(str, args)], cwd=cwd or ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn)

@@ -316,3 +316,56 @@ def test_secrets_in_the_environment_never_reach_files_or_console(tmp_path):
     for path in exp.rglob("*"):  # rglob does not follow the ray_logs link into Ray's own session logs
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def _limit_memory_to_1_5_gb():
+    """preexec_fn: an address-space limit, so that an alias expansion fails instead of swapping."""
+    import resource
+
+    limit = 1536 * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+_LAUGHS = "[" + ", ".join(f"&l{i} [{', '.join([f'*l{i - 1}' if i else 'lol'] * 9)}]" for i in range(9)) + "]"
+HOSTILE = [  # (what, spec, extra arguments, the error's first words after "tuner: error: ")
+    ("billion-laughs", "tests/bad_specs/alias_billion_laughs.yaml", [], None),
+    ("64-nested-lists", "tests/bad_specs/nesting_64_lists.yaml", [], None),
+    ("yes-as-a-number", "tests/bad_specs/num_samples_yes.yaml", [], None),
+    ("laughs-in-a-set", "search_spaces/mnist_asha.yaml", ["--set", f"param_space.x={_LAUGHS}"],
+     "--set param_space.x=[&l0 [lol, "),
+]
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("what,spec,extra,head", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, command, what, spec, extra, head):
+    """A billion laughs, deep nesting, a YAML boolean for a number: exit 2 under a 1.5 GB address-space limit,
+    the golden paragraph on stderr, nothing on stdout, nothing written (the timeout only guards against a hang)."""
+    proc = run_cli(command, spec, "--storage", tmp_path / "runs", *extra, timeout=60,
+                   preexec_fn=_limit_memory_to_1_5_gb)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    if head is None:
+        assert proc.stderr == "tuner: error: " + (ROOT / spec).with_suffix(".err").read_text()
+    else:
+        assert proc.stderr.startswith("tuner: error: " + head)
+        assert "the alias *l4 expands the spec to more than 100,000 YAML nodes" in proc.stderr
+    assert not (tmp_path / "runs").exists(), "nothing is written for bad input"
+
+
+def test_set_errors_come_from_the_command_line(tmp_path):
+    spec = write(tmp_path)
+    typo = run_cli("validate", spec, "--set", "param_space.xx.low=0.5", timeout=60)
+    assert typo.returncode == 2 and typo.stderr == (
+        "tuner: error: --set param_space.xx.low=0.5: param_space.xx: param_space has no key 'xx'; did you mean 'x'? "
+        "A --set path may end in a new key, but not create a mapping on the way; the keys in param_space: epochs, opt, "
+        "x.\n")
+    bad = run_cli("run", spec, "--set", "scheduler.max_t=0", "--storage", tmp_path / "runs", timeout=60)
+    assert bad.returncode == 2 and bad.stderr == (
+        "tuner: error: --set scheduler.max_t=0: scheduler.max_t: must be greater than or equal to 1, but got 0 (int).\n")
+    assert not (tmp_path / "runs").exists()
+    ok = run_cli("validate", spec, "--num-cpus", "2", "--set", "param_space.data_dir=/data", "--set", "resources.gpu=0",
+                 "--set", "stop.loss=0.5", timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert "budget:     stop loss <= 0.5" in ok.stdout  # the spec's metric under mode: min stops at <=

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tuner.spec import DISTRIBUTION_TYPES, Spec, SpecError, load_spec, parse_yaml
+from tuner.spec import (DISTRIBUTION_TYPES, MAX_NESTING, MAX_YAML_NODES, Spec, SpecError, load_spec, parse_set,
+                        parse_yaml)
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD = sorted((ROOT / "tests" / "bad_specs").glob("*.yaml"))
@@ -30,7 +31,7 @@ def test_bad_spec_golden_message(path, monkeypatch):
 
 
 def test_corpus_is_large():
-    assert len(BAD) >= 40
+    assert len(BAD) >= 110
 
 
 def test_example_spec_from_the_issue(tmp_path):
@@ -167,3 +168,278 @@ def test_random_yaml_text_raises_only_spec_errors(text):
         load_spec(f.name)
     except SpecError as err:
         assert str(err)
+
+
+# --------------------------------------------------------------------------- hostile and sloppy YAML
+
+
+def test_anchors_aliases_and_merge_keys_work(tmp_path):
+    spec = load_spec(write(tmp_path, BASE + """metric: loss
+mode: min
+param_space:
+  encoder: &encoder
+    lr: &lr {type: loguniform, low: 1e-4, high: 1e-1}
+    dropout: {type: uniform, low: 0.0, high: 0.5}
+  decoder:
+    <<: *encoder
+    dropout: 0.1
+  head_lr: *lr
+  sizes: &sizes [32, 64, 128]
+  width: {type: choice, values: *sizes}
+"""))
+    space = spec.param_space
+    assert space["decoder"]["lr"] == space["encoder"]["lr"] == space["head_lr"]
+    assert space["decoder"]["dropout"] == 0.1 and space["encoder"]["dropout"].high == 0.5
+    assert space["width"].values == [32, 64, 128]
+    assert spec.mark("param_space.decoder.lr") == (6, 9), "a merged key is located where its block gives it"
+
+
+def _laughs(fan: int, levels: int) -> str:
+    """``levels`` anchors, each a list of ``fan`` aliases of the one before: fan**levels strings in all."""
+    lines = [BASE + "param_space:", f"  l0: &l0 [{', '.join(['lol'] * fan)}]"]
+    lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fan)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_expansion_is_bounded():
+    data, _ = parse_yaml(_laughs(9, 4))  # 9 + 81 + 729 + 6561 strings: fine
+    assert len(data["param_space"]["l3"]) == 9
+    with pytest.raises(SpecError) as info:
+        parse_yaml(_laughs(9, 9), "laughs.yaml")  # 9**9 strings: refused at the alias that crosses the bound
+    (issue,) = info.value.issues
+    assert issue.path == "param_space.l5.0" and (issue.line, issue.col) == (8, 12)
+    assert f"the alias *l4 expands the spec to more than {MAX_YAML_NODES:,} YAML nodes" in issue.message
+
+
+def test_nesting_is_bounded(tmp_path):
+    # The top-level mapping and param_space are levels 1 and 2.
+    ok = BASE + "param_space:\n  x: " + "[" * (MAX_NESTING - 2) + "1" + "]" * (MAX_NESTING - 2) + "\n"
+    assert load_spec(write(tmp_path, ok)).param_space["x"]
+    for opener, closer in (("[", "]"), ("{a: ", "}")):
+        deep = BASE + "param_space:\n  x: " + opener * 200 + "1" + closer * 200 + "\n"
+        with pytest.raises(SpecError) as info:
+            load_spec(write(tmp_path, deep))
+        (issue,) = info.value.issues
+        assert issue.line == 3 and issue.message.startswith(f"the spec would nest lists and mappings more than "
+                                                            f"{MAX_NESTING} levels deep here")
+    nested: dict = {"a": 1}
+    for _ in range(MAX_NESTING):
+        nested = {"a": nested}
+    with pytest.raises(SpecError, match="more than 32 levels deep"):  # a mapping from Python alike
+        load_spec({"trainable": "a.b:c", "param_space": {"x": nested}})
+
+
+def test_alias_inside_its_own_anchor_is_refused(tmp_path):
+    with pytest.raises(SpecError, match=r":3:13: param_space.x.1: the alias \*x lies inside the sequence it names"):
+        load_spec(write(tmp_path, BASE + "param_space:\n  x: &x [1, *x]\n"))
+
+
+def test_syntax_error_names_where_the_construct_began(tmp_path):
+    text = BASE + "name: x\nmetric: loss\nmode: min\nnum_samples: 2\nparam_space:\n  lr: {type: uniform, low: 0\nseed: 1\n"
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert str(info.value).endswith(
+        "spec.yaml:7:7: YAML syntax error: the flow mapping that starts here (line 7, column 7) is not closed: "
+        "expected ',' or '}', but found ':' at line 8, column 5.")
+
+
+@pytest.mark.parametrize("field,yaml_text,expected", [
+    ("num_samples", "num_samples: yes", "num_samples: must be a valid integer, but got True (bool); YAML reads yes,"),
+    ("cpu", "resources: {cpu: on}", "resources.cpu: must be a valid number, but got True (bool)"),
+    ("low", "param_space: {x: {type: uniform, low: true, high: 2}}", "param_space.x.low: must be a valid number"),
+    ("budget", "time_budget_s: .inf", "time_budget_s: must be a finite number, but got inf (float)."),
+    ("timeout", "trial_timeout_s: .nan", "trial_timeout_s: must be a finite number, but got nan (float)."),
+    ("sd", "param_space: {x: {type: randn, sd: .inf}}", "param_space.x.sd: must be a finite number"),
+    ("stop", "stop: {training_iteration: .inf}", "stop.training_iteration: must be a finite number"),
+    ("bohb", "metric: l\nmode: min\nsearch: {algorithm: bohb, random_fraction: .nan}",
+     "search.random_fraction: must be a finite number"),
+    ("metric", "metric: ''\nmode: min", "metric: must not be empty or blank, but got ''."),
+    ("time_attr", "scheduler: {type: fifo, time_attr: ' '}", "scheduler.time_attr: must not be empty or blank"),
+    ("oom_backoff", "oom_backoff: ''", "oom_backoff: must not be empty or blank"),
+    ("columns", "reporting: {cli: {metric_columns: ['']}}", "reporting.cli.metric_columns.0: must not be empty"),
+    ("stop_key", "stop: {' ': 1}", "stop: a key must not be empty or blank, but got ' '."),
+    ("mlflow", "reporting: {mlflow: {experiment_name: ''}}", "reporting.mlflow.experiment_name: must not be empty"),
+    ("trainable", "trainable: ' '", "trainable: trainable must be 'package.module:function'"),
+])
+def test_strict_scalars(tmp_path, field, yaml_text, expected):
+    text = yaml_text + "\n" if yaml_text.startswith("trainable") else BASE + yaml_text + "\n"
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert expected in str(info.value)
+
+
+def test_numbers_that_stay_valid(tmp_path):
+    spec = load_spec(write(tmp_path, BASE + "time_budget_s: 60\nresources: {cpu: 0.5}\nstop: {loss: -1}\n"
+                                            "param_space: {x: {type: uniform, low: -1, high: 1e3}, flag: yes}\n"))
+    assert spec.time_budget_s == 60.0 and spec.resources.cpu == 0.5 and spec.stop == {"loss": -1.0}
+    assert spec.param_space["x"].high == 1000.0 and spec.param_space["flag"] is True  # a constant stays as is
+
+
+SPEC_WITH_LR = BASE + "metric: loss\nmode: min\nparam_space:\n  lr: {type: uniform, low: 0, high: 1}\n  epochs: 3\n"
+
+
+def _with_sets(tmp_path, *items, text=SPEC_WITH_LR):
+    return load_spec(write(tmp_path, text), sets=[parse_set(item) for item in items])
+
+
+def test_set_through_a_missing_key_is_refused_with_a_hint(tmp_path):
+    with pytest.raises(SpecError) as info:
+        _with_sets(tmp_path, "param_space.lrr.low=1e-3")
+    assert str(info.value) == (
+        "--set param_space.lrr.low=1e-3: param_space.lrr: param_space has no key 'lrr'; did you mean 'lr'? A --set "
+        "path may end in a new key, but not create a mapping on the way; the keys in param_space: epochs, lr.")
+    with pytest.raises(SpecError, match=r"^--set schedular.max_t=5: schedular: the spec has no key 'schedular'; "
+                                        r"did you mean 'scheduler'\?"):
+        _with_sets(tmp_path, "schedular.max_t=5")
+    with pytest.raises(SpecError, match=r"^--set param_space.epochs.low=1: param_space.epochs: param_space.epochs is 3 "
+                                        r"\(int\), not a mapping"):
+        _with_sets(tmp_path, "param_space.epochs.low=1")
+
+
+def test_set_new_leaves_and_absent_sections(tmp_path):
+    spec = _with_sets(tmp_path, "param_space.data_dir=/data", "num_samples=4", "resources.gpu=0.5",
+                      "reporting.cli.progress=false", "param_space.lr.high=0.5", "scheduler={type: asha}",
+                      "scheduler.max_t=5")
+    assert spec.param_space["data_dir"] == "/data" and spec.num_samples == 4 and spec.resources.gpu == 0.5
+    assert spec.reporting.cli.progress is False and spec.param_space["lr"].high == 0.5
+    assert spec.scheduler.type == "asha" and spec.scheduler.max_t == 5
+    bohb = _with_sets(tmp_path, "search.algorithm=bohb", "scheduler.max_t=5", text=BASE + "metric: l\nmode: max\n")
+    assert (bohb.scheduler.type, bohb.scheduler.max_t) == ("bohb", 5)  # the section's default type, as when omitted
+    with pytest.raises(SpecError, match=r"^--set scheduler.max_t=5: scheduler.type: missing 'type'; allowed: fifo,"):
+        _with_sets(tmp_path, "scheduler.max_t=5")  # a known section: the path is fine, the value says what is missing
+
+
+@pytest.mark.parametrize("item,expected", [
+    ("scheduler.max_t=0", "--set scheduler.max_t=0: scheduler.max_t: must be greater than or equal to 1, but got 0"),
+    ("param_space.lr.low=2", "--set param_space.lr.low=2: param_space.lr.low: `low < high` must hold"),
+    ("param_space.lr={high: -1}", "--set param_space.lr={high: -1}: param_space.lr.low: `low < high` must hold"),
+    ("num_samples=yes", "--set num_samples=yes: num_samples: must be a valid integer, but got True (bool)"),
+    ("metric=", "--set metric=: metric: must not be empty or blank, but got ''."),
+    ("scheduler.max_tt=3", "--set scheduler.max_tt=3: scheduler.max_tt: unknown key 'max_tt'; did you mean 'max_t'?"),
+    ("param_space.x=[1, 2", "--set param_space.x=[1, 2: param_space.x: the value cannot be read as YAML: YAML syntax "
+                            "error: the flow sequence that starts at line 1, column 1 is not closed"),
+    ("lr", "--set lr: --set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5, but this one has no '='."),
+    ("a..b=1", "--set a..b=1: --set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5, but its KEY"),
+])
+def test_set_errors_name_the_set(tmp_path, item, expected):
+    text = SPEC_WITH_LR + "scheduler: {type: asha, max_t: 3}\n"
+    with pytest.raises(SpecError) as info:
+        _with_sets(tmp_path, item, text=text)
+    assert str(info.value).startswith(expected), str(info.value)
+    assert "spec.yaml" not in str(info.value)
+
+
+def test_spec_errors_after_loading_name_the_set(tmp_path):
+    spec = _with_sets(tmp_path, "param_space.lr.low=0.5", "name=mine")
+    assert str(spec.error("param_space.lr.low", "too big.")) == "--set param_space.lr.low=0.5: param_space.lr.low: too big."
+    assert str(spec.error("name", "taken.")) == "--set name=mine: name: taken."
+    assert str(spec.error("param_space.lr.high", "x.")).endswith("spec.yaml:5:37: param_space.lr.high: x.")
+
+
+def test_stop_operator_follows_mode(tmp_path):
+    spec = load_spec(write(tmp_path, BASE + "metric: val_loss\nmode: min\nstop: {val_loss: 0.05, training_iteration: 9}\n"))
+    assert spec.stop_criteria == [("val_loss", "<=", 0.05), ("training_iteration", ">=", 9.0)]
+    spec = load_spec(write(tmp_path, BASE + "metric: acc\nmode: max\nstop: {acc: 0.9, val_loss: 0.1}\n"))
+    assert spec.stop_criteria == [("acc", ">=", 0.9), ("val_loss", ">=", 0.1)]
+
+
+def test_stop_on_the_metric_under_min_stops_once_it_is_low_enough(ray_local, tmp_path):
+    """quadratic reports loss = 1/(i+1) at x=0.3: 1, 0.5, 0.33, 0.25, ...; `stop: {loss: 0.3}` ends it at the 4th."""
+    from tuner import tune_model
+    from tuner.engine import plan, prepare
+
+    spec = {"name": "stop-min", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
+            "param_space": {"x": 0.3, "epochs": 10}, "stop": {"loss": 0.3, "training_iteration": 8},
+            "resources": {"cpu": 1}, "reporting": {"cli": False, "tensorboard": False}, "storage": str(tmp_path)}
+    assert "budget:     stop loss <= 0.3, training_iteration >= 8" in plan(prepare(spec)).splitlines()
+    result = tune_model(spec)
+    assert result.dataframe["training_iteration"].tolist() == [4]
+    assert result.best_metrics["loss"] == pytest.approx(0.25)
+    score = tune_model({**spec, "name": "stop-max", "metric": "score", "mode": "max", "stop": {"score": -0.4}})
+    assert score.dataframe["training_iteration"].tolist() == [3]  # score = -loss: -1, -0.5, -0.33 >= -0.4
+
+
+_ANCHOR_VALUES = st.sampled_from(["1", "0.5", "lol", "yes", ".inf", "''", "[]", "{}", "{type: uniform, low: 0, high: 1}"])
+
+
+@st.composite
+def _yaml_with_aliases(draw):
+    """A spec whose param_space holds anchored blocks of aliases (cycles, forward references, merges)."""
+    n = draw(st.sampled_from([1, 3, 6, 9, 12]))
+    laughs = draw(st.booleans())  # every anchor nine aliases of the one before: 9**n values
+    lines = [BASE.rstrip("\n"), "param_space:"]
+    for i in range(n):
+        items = []
+        for _ in range(9 if laughs else draw(st.sampled_from([1, 2, 5, 9]))):
+            if not i or (not laughs and draw(st.integers(0, 3)) == 0):
+                items.append(draw(_ANCHOR_VALUES))
+            else:
+                items.append(f"*a{i - 1 if laughs else draw(st.integers(0, i - 1))}")
+        if draw(st.booleans()):
+            body = "{" + ", ".join(f"k{j}: {item}" for j, item in enumerate(items)) + "}"
+        else:
+            body = "[" + ", ".join(items) + "]"
+        lines.append(f"  p{i}: &a{i} {body}")
+    if draw(st.booleans()):
+        lines.append(f"  merged: {{<<: *a{draw(st.integers(0, n - 1))}, z: 1}}")
+    broken = draw(st.sampled_from(["", "", "", "cycle", "undefined"]))
+    if broken:  # an alias inside its own anchor, or of an anchor that comes later
+        lines.insert(2, "  early: *a0" if broken == "undefined" else "  loop: &loop [1, {k: *loop}]")
+    if draw(st.booleans()):
+        lines.append(f"  tail: [{', '.join(f'*a{draw(st.integers(0, n - 1))}' for _ in range(draw(st.integers(1, 9))))}]")
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def _deeply_nested_yaml(draw):
+    """A spec with lists and mappings nested up to 2000 deep (PyYAML's composer recurses per
+    level), flow or block, closed or not."""
+    depth = draw(st.integers(0, 40) | st.sampled_from([64, 500, 2000]))
+    kinds = draw(st.lists(st.sampled_from(["[", "{k: ", "block"]), min_size=depth, max_size=depth))
+    text, indent = "param_space:\n  x:", "  "
+    closers = []
+    for kind in kinds:
+        if kind == "block" and not closers:
+            indent += "  "
+            text += f"\n{indent}k:"
+        elif kind == "block":
+            kind = "["
+        if kind != "block":
+            text += " " + kind
+            closers.append("]" if kind == "[" else "}")
+    text += " 1" + "".join(reversed(closers[: len(closers) - draw(st.integers(0, min(2, len(closers))))]))
+    return BASE + text + "\n"
+
+
+def _load_text(text):
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as f:
+        f.write(text)
+    try:
+        load_spec(f.name)
+    except SpecError as err:
+        for line in str(err).splitlines():  # file:line:col on every line
+            assert line.startswith(f.name + ":") and line[len(f.name) + 1:].split(":")[0].isdigit(), line
+    finally:
+        Path(f.name).unlink()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_yaml_with_aliases())
+def test_yaml_with_anchors_and_aliases_raises_only_spec_errors(text):
+    _load_text(text)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_deeply_nested_yaml())
+def test_deeply_nested_yaml_raises_only_spec_errors(text):
+    _load_text(text)
+
+
+def test_oversized_file_is_refused_unread(tmp_path):
+    from tuner.spec import MAX_SPEC_BYTES
+
+    path = write(tmp_path, BASE + "# padding\n" * (MAX_SPEC_BYTES // 10))
+    with pytest.raises(SpecError, match=r"spec.yaml: the file holds 1,048,\d+ bytes; a spec may hold at most 1,048,576"):
+        load_spec(path)

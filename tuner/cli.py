@@ -55,35 +55,29 @@ def cli() -> None:
     """Tune a PyTorch train function from a YAML spec, on Ray Tune."""
 
 
-def _parse_sets(sets: tuple[str, ...]) -> dict:
-    """``("a.b=1", "c=x")`` -> ``{"a": {"b": 1}, "c": "x"}``, values read as YAML."""
-    from tuner.spec import SpecIssue, parse_yaml
+def _parse_sets(sets: tuple[str, ...], storage=None, name=None, num_samples=None) -> list:
+    """The ``--set KEY=VALUE`` items (values read as YAML), then ``--storage``, ``--name`` and
+    ``--num-samples``, as :class:`~tuner.spec.Override` s that name their option in errors.
 
-    out: dict = {}
-    for item in sets:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip() or any(not part for part in key.split(".")):
-            raise SpecError([SpecIssue("", f"--set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5, "
-                                       f"but got {item!r}.")], "--set")
-        value, _ = parse_yaml(f"v: {raw}" if raw.strip() else "v: ''", "--set")
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise SpecError([SpecIssue(key, "--set gives a value and a nested value for the same key.")], "--set")
-        node[parts[-1]] = value["v"]
-    return out
+    Raises:
+        SpecError: For a ``--set`` item that is not KEY=VALUE or whose VALUE is not YAML.
+    """
+    from tuner.spec import Override, parse_set
+
+    options = [Override((key,), value, f"{flag} {value}") for key, flag, value in (
+        ("storage", "--storage", storage), ("name", "--name", name), ("num_samples", "--num-samples", num_samples))
+        if value is not None]
+    return [*(parse_set(item) for item in sets), *options]
 
 
 def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(), address=None):
     from tuner.engine import prepare
+    from tuner.spec import load_spec
 
     try:
-        overrides = _parse_sets(sets)
-        overrides.update({k: v for k, v in {"storage": storage, "name": name, "num_samples": num_samples}.items()
-                          if v is not None})
-        return prepare(spec_path, num_cpus=num_cpus, num_gpus=num_gpus, address=address, **overrides)
+        # Loaded here, so that a --set whose path or value is wrong is named as the culprit.
+        spec = load_spec(spec_path, sets=_parse_sets(sets, storage, name, num_samples))
+        return prepare(spec, num_cpus=num_cpus, num_gpus=num_gpus, address=address)
     except SpecError as err:
         _bad_input(err)
 

@@ -89,9 +89,9 @@ def prepare(
         SpecError: For any problem with the spec, the train function, the resources
             or the experiment folder.
     """
-    explicit_name = overrides.get("name") is not None
     # First: a bad spec fails before Ray is even imported.
     spec = load_spec(spec, require_trainable=trainable is None, **overrides)
+    explicit_name = overrides.get("name") is not None or spec.origin("name") is not None  # --name, name=
     address, where = _resolve_address(address, spec)
     if address is not None and (num_cpus is not None or num_gpus is not None):
         flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
@@ -258,7 +258,7 @@ def plan(prepared: Prepared) -> str:
     ]
     budget = []
     if spec.stop:
-        budget.append("stop " + ", ".join(f"{k} >= {v:g}" for k, v in spec.stop.items()))
+        budget.append("stop " + ", ".join(f"{k} {op} {v:g}" for k, op, v in spec.stop_criteria))
     if spec.time_budget_s:
         budget.append(f"time budget {spec.time_budget_s:g} s")
     if budget:
@@ -463,7 +463,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         from tuner.storage import upload
 
         upload(path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
-    abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD)
+    abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
+                              metric=spec.metric, mode=spec.mode)
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         if session_dir is None:

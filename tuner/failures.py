@@ -19,12 +19,17 @@
 from __future__ import annotations
 
 import fcntl
+import operator
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
+
+from tuner.spec import stop_operator
+
+_COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
 
 __all__ = ["ExperimentStopper", "reopen_searcher", "time_budget_used", "ExperimentLock", "ExperimentLocked", "StateSnapshots", "check_state",
            "restore_state_snapshot", "PlacementGroupReleaser"]
@@ -33,8 +38,10 @@ __all__ = ["ExperimentStopper", "reopen_searcher", "time_budget_used", "Experime
 class ExperimentStopper(Callback, Stopper):
     """End trials on the spec's ``stop``, and the experiment on a first error or the time budget.
 
-    * ``stop``: a trial stops once ``result[key] >= value`` (a Stopper replaces the
-      dict form Ray Tune would otherwise take).
+    * ``stop``: a trial stops once ``result[key] >= value``, or ``<= value`` for the
+      spec's ``metric`` under ``mode: min`` (:func:`tuner.spec.stop_operator`); a
+      Stopper replaces the dict form Ray Tune would otherwise take, which always
+      tests ``>=``.
     * First-error abort: when the very first trial fails before any trial reported a
       result, with an exception from the train function's code, the experiment stops
       (SMAC3's ``abort_on_first_run_crash``).
@@ -51,6 +58,8 @@ class ExperimentStopper(Callback, Stopper):
         time_budget_s: Seconds of wall time for the whole experiment, or None.
         record_file: The experiment's ``tuner_run.json``, whose ``time_budget_s`` a
             restored stopper takes.
+        metric: The spec's ``metric``, or None.
+        mode: The spec's ``mode`` (``"min"`` or ``"max"``), or None.
 
     Attributes:
         aborted_by: The trial that aborted the experiment, or None.
@@ -59,8 +68,10 @@ class ExperimentStopper(Callback, Stopper):
     """
 
     def __init__(self, stop: Mapping[str, float] | None, enabled: bool = True,
-                 time_budget_s: float | None = None, record_file: str | os.PathLike | None = None):
+                 time_budget_s: float | None = None, record_file: str | os.PathLike | None = None,
+                 metric: str | None = None, mode: str | None = None):
         self.stop = dict(stop or {})
+        self._stop_rules = [(key, _COMPARE[stop_operator(key, metric, mode)], value) for key, value in self.stop.items()]
         self.enabled = enabled
         self.time_budget_s = time_budget_s
         self.record_file = str(record_file) if record_file else None
@@ -89,7 +100,7 @@ class ExperimentStopper(Callback, Stopper):
 
     # Stopper side -------------------------------------------------------------
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        return any(key in result and result[key] >= value for key, value in self.stop.items())
+        return any(key in result and reached(result[key], value) for key, reached, value in self._stop_rules)
 
     def stop_all(self) -> bool:
         import time
@@ -117,6 +128,8 @@ class ExperimentStopper(Callback, Stopper):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        # A stopper saved before the rules existed tested >= for every key.
+        state.setdefault("_stop_rules", [(key, operator.ge, value) for key, value in state.get("stop", {}).items()])
         self.__dict__.update(state)
         self._last_check = None
         self.budget_spent = False

@@ -5,7 +5,11 @@ mistake in it is refused here, before Ray starts and before anything is written.
 
 Loading is YAML 1.1 ``safe_load`` semantics with two fixes that users of PyYAML trip
 over: ``1e-4`` is a float (YAML 1.2 reading), and a key given twice is an error instead
-of a silent overwrite. Every error carries ``file:line:col`` and the field path, e.g.::
+of a silent overwrite. What a hostile document can cost is bounded while it is read:
+aliases expand to at most :data:`MAX_YAML_NODES` nodes, lists and mappings nest at most
+:data:`MAX_NESTING` deep, a file holds at most :data:`MAX_SPEC_BYTES`. Values are strict
+(a YAML boolean is no number, numbers are finite, names are not blank). Every error
+carries ``file:line:col`` (or the ``--set`` that gave the value) and the field path, e.g.::
 
     space.yaml:7:21: param_space.lr.low: `low < high` must hold, but got (low=0.1, high=0.001).
 
@@ -26,7 +30,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Union
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -35,6 +39,9 @@ from pydantic import (
     Discriminator,
     Field,
     PrivateAttr,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -48,7 +55,13 @@ __all__ = [
     "Spec",
     "SpecError",
     "SpecIssue",
+    "Override",
     "load_spec",
+    "parse_set",
+    "stop_operator",
+    "MAX_YAML_NODES",
+    "MAX_NESTING",
+    "MAX_SPEC_BYTES",
     "resolve_trainable",
     "check_trainable",
     "is_class_trainable",
@@ -75,12 +88,15 @@ class SpecIssue:
         message: One sentence saying what is wrong and what is allowed.
         line: 1-based line in the spec file, or None for a spec given as a dict.
         col: 1-based column, or None.
+        source: Where the faulty value came from when not from the spec file, e.g.
+            ``--set scheduler.max_t=0``; None for the :class:`SpecError`'s own source.
     """
 
     path: str
     message: str
     line: int | None = None
     col: int | None = None
+    source: str | None = None
 
 
 class SpecError(ValueError):
@@ -103,7 +119,7 @@ class SpecError(ValueError):
         """Return the error text: one ``file:line:col: path: message`` line per issue."""
         lines = []
         for issue in self.issues:
-            where = self.source or "<spec>"
+            where = issue.source or self.source or "<spec>"
             if issue.line is not None:
                 where += f":{issue.line}:{issue.col}"
             head = f"{where}: {issue.path}: " if issue.path else f"{where}: "
@@ -125,13 +141,23 @@ def _allowed(choices: Iterable[str]) -> str:
     return ", ".join(choices)
 
 
+# --------------------------------------------------------------------------- field types
+
+_NON_BLANK = r"\S"
+NonBlank = Annotated[str, StringConstraints(pattern=_NON_BLANK)]
+"""A string with at least one non-space character: names, metrics, keys (never ``""``)."""
+
+# Numbers are pydantic's strict types, so a YAML boolean (``yes``, ``on``, ``true``) is never
+# read as 1, nor text as a number; and every float is finite (``allow_inf_nan=False`` below).
+
+
 # --------------------------------------------------------------------------- models
 
 
 class _Model(BaseModel):
     """Base of every spec section: frozen, and unknown keys are refused with a hint."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -179,9 +205,9 @@ class _Dist(_Model):
 
 
 class _Range(_Dist):
-    low: float
-    high: float
-    grid_points: int | None = Field(default=None, ge=2)
+    low: StrictFloat
+    high: StrictFloat
+    grid_points: StrictInt | None = Field(default=None, ge=2)
 
 
 class Uniform(_Range):
@@ -194,7 +220,7 @@ class QUniform(_Range):
     """Float uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.quniform``."""
 
     type: Literal["quniform"]
-    q: float = Field(gt=0)
+    q: StrictFloat = Field(gt=0)
 
 
 class LogUniform(_Range):
@@ -205,7 +231,7 @@ class LogUniform(_Range):
     """
 
     type: Literal["loguniform"]
-    base: float = Field(default=10, gt=0)
+    base: StrictFloat = Field(default=10, gt=0)
 
     @model_validator(mode="after")
     def _positive(self):
@@ -218,28 +244,28 @@ class QLogUniform(LogUniform):
     """Float log-uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.qloguniform``."""
 
     type: Literal["qloguniform"]  # type: ignore[assignment]
-    q: float = Field(gt=0)
+    q: StrictFloat = Field(gt=0)
 
 
 class RandN(_Dist):
     """Float from a normal distribution, unbounded; ``tune.randn``."""
 
     type: Literal["randn"]
-    mean: float = 0.0
-    sd: float = Field(default=1.0, gt=0)
+    mean: StrictFloat = 0.0
+    sd: StrictFloat = Field(default=1.0, gt=0)
 
 
 class QRandN(RandN):
     """Normal float rounded to a multiple of ``q``; ``tune.qrandn``."""
 
     type: Literal["qrandn"]  # type: ignore[assignment]
-    q: float = Field(gt=0)
+    q: StrictFloat = Field(gt=0)
 
 
 class _IntRange(_Dist):
-    low: int
-    high: int
-    grid_points: int | None = Field(default=None, ge=2)
+    low: StrictInt
+    high: StrictInt
+    grid_points: StrictInt | None = Field(default=None, ge=2)
 
 
 class RandInt(_IntRange):
@@ -252,14 +278,14 @@ class QRandInt(_IntRange):
     """Integer multiple of ``q`` in ``[low, high]`` (high inclusive, exclusive for q=1); ``tune.qrandint``."""
 
     type: Literal["qrandint"]
-    q: int = Field(default=1, ge=1)
+    q: StrictInt = Field(default=1, ge=1)
 
 
 class LogRandInt(_IntRange):
     """Integer log-uniformly in ``[low, high)``, ``low >= 1``; ``tune.lograndint``."""
 
     type: Literal["lograndint"]
-    base: float = Field(default=10, gt=0)
+    base: StrictFloat = Field(default=10, gt=0)
 
     @model_validator(mode="after")
     def _positive(self):
@@ -272,7 +298,7 @@ class QLogRandInt(LogRandInt):
     """Integer multiple of ``q`` log-uniformly in ``[low, high]``; ``tune.qlograndint``."""
 
     type: Literal["qlograndint"]  # type: ignore[assignment]
-    q: int = Field(default=1, ge=1)
+    q: StrictInt = Field(default=1, ge=1)
 
 
 class _Values(_Dist):
@@ -340,7 +366,7 @@ _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
 class _Search(_Model):
-    points_to_evaluate: list[dict[str, Any]] | None = None
+    points_to_evaluate: list[dict[NonBlank, Any]] | None = None
 
 
 class RandomSearch(_Search):
@@ -362,7 +388,7 @@ class OptunaSearch(_Search):
     """
 
     algorithm: Literal["optuna"]
-    n_startup_trials: int = Field(default=10, ge=0)
+    n_startup_trials: StrictInt = Field(default=10, ge=0)
     multivariate: bool = False
 
 
@@ -374,12 +400,12 @@ class BOHBSearch(_Search):
     """
 
     algorithm: Literal["bohb"]
-    min_points_in_model: int | None = Field(default=None, ge=1)
-    top_n_percent: int = Field(default=15, ge=1, le=99)
-    num_samples: int = Field(default=64, ge=1)
-    random_fraction: float = Field(default=1 / 3, ge=0, le=1)
-    bandwidth_factor: float = Field(default=3, gt=0)
-    min_bandwidth: float = Field(default=1e-3, gt=0)
+    min_points_in_model: StrictInt | None = Field(default=None, ge=1)
+    top_n_percent: StrictInt = Field(default=15, ge=1, le=99)
+    num_samples: StrictInt = Field(default=64, ge=1)
+    random_fraction: StrictFloat = Field(default=1 / 3, ge=0, le=1)
+    bandwidth_factor: StrictFloat = Field(default=3, gt=0)
+    min_bandwidth: StrictFloat = Field(default=1e-3, gt=0)
 
 
 SearchConfig = Annotated[Union[RandomSearch, GridSearch, OptunaSearch, BOHBSearch], Field(discriminator="algorithm")]
@@ -399,7 +425,7 @@ def _reduction_factor(value: float) -> float:
 
 
 class _Sched(_Model):
-    time_attr: str = "training_iteration"
+    time_attr: NonBlank = "training_iteration"
 
 
 class FIFOScheduler(_Sched):
@@ -417,10 +443,10 @@ class ASHAScheduler(_Sched):
     """
 
     type: Literal["asha"]
-    max_t: int | None = Field(default=None, ge=1)
-    grace_period: int = Field(default=1, ge=1)
-    reduction_factor: float = 4
-    brackets: int = Field(default=1, ge=1)
+    max_t: StrictInt | None = Field(default=None, ge=1)
+    grace_period: StrictInt = Field(default=1, ge=1)
+    reduction_factor: StrictFloat = 4
+    brackets: StrictInt = Field(default=1, ge=1)
     stop_last_trials: bool = True
 
     @field_validator("reduction_factor")
@@ -437,8 +463,8 @@ class HyperBandScheduler(_Sched):
     """
 
     type: Literal["hyperband"]
-    max_t: int | None = Field(default=None, ge=1)
-    reduction_factor: float = 3
+    max_t: StrictInt | None = Field(default=None, ge=1)
+    reduction_factor: StrictFloat = 3
     stop_last_trials: bool = True
 
     @field_validator("reduction_factor")
@@ -460,8 +486,8 @@ class MedianScheduler(_Sched):
     """
 
     type: Literal["median"]
-    grace_period: float = Field(default=1, ge=0)
-    min_samples_required: int = Field(default=3, ge=1)
+    grace_period: StrictFloat = Field(default=1, ge=0)
+    min_samples_required: StrictInt = Field(default=3, ge=1)
     hard_stop: bool = True
 
 
@@ -491,11 +517,11 @@ class Resources(_Model):
             group strategy): PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
     """
 
-    cpu: float = Field(default=1, ge=0)
-    gpu: float = Field(default=0, ge=0)
-    workers: int | None = Field(default=None, ge=1)
-    cpu_per_worker: float = Field(default=1, ge=0)
-    gpu_per_worker: float = Field(default=0, ge=0)
+    cpu: StrictFloat = Field(default=1, ge=0)
+    gpu: StrictFloat = Field(default=0, ge=0)
+    workers: StrictInt | None = Field(default=None, ge=1)
+    cpu_per_worker: StrictFloat = Field(default=1, ge=0)
+    gpu_per_worker: StrictFloat = Field(default=0, ge=0)
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
     @model_validator(mode="after")
@@ -551,7 +577,7 @@ class Failure(_Model):
             train function), instead of running every trial into the same error.
     """
 
-    max_failures: int = Field(default=0, ge=0)
+    max_failures: StrictInt = Field(default=0, ge=0)
     fail_fast: bool = False
     abort_on_first_error: bool = True
 
@@ -566,8 +592,8 @@ class Checkpointing(_Model):
             (Ray's ``CheckpointConfig.num_to_keep``).
     """
 
-    frequency: int = Field(default=1, ge=1)
-    num_to_keep: int | None = Field(default=2, ge=1)
+    frequency: StrictInt = Field(default=1, ge=1)
+    num_to_keep: StrictInt | None = Field(default=2, ge=1)
 
 
 class CLIReporting(_Model):
@@ -583,8 +609,8 @@ class CLIReporting(_Model):
     """
 
     enabled: bool = True
-    metric_columns: list[str] | None = None
-    max_report_frequency: int = Field(default=10, ge=1)
+    metric_columns: list[NonBlank] | None = None
+    max_report_frequency: StrictInt = Field(default=10, ge=1)
     progress: bool = True
 
 
@@ -604,11 +630,11 @@ class WandbReporting(_Model):
         upload_checkpoints: Upload the trials' checkpoints as W&B artifacts.
     """
 
-    project: str = Field(min_length=1)
-    entity: str | None = None
-    group: str | None = None
+    project: NonBlank
+    entity: NonBlank | None = None
+    group: NonBlank | None = None
     mode: Literal["online", "offline", "disabled"] = "online"
-    tags: list[str] | None = None
+    tags: list[NonBlank] | None = None
     upload_checkpoints: bool = False
 
 
@@ -626,9 +652,9 @@ class MLflowReporting(_Model):
         save_artifact: Also log each trial folder as the run's artifacts.
     """
 
-    tracking_uri: str | None = None
-    experiment_name: str | None = None
-    tags: dict[str, str] | None = None
+    tracking_uri: NonBlank | None = None
+    experiment_name: NonBlank | None = None
+    tags: dict[NonBlank, str] | None = None
     save_artifact: bool = False
 
 
@@ -690,38 +716,48 @@ class Spec(_Model):
 
     name: str = "experiment"
     trainable: str | None = None  # required unless tune_model(trainable=...) passes one
-    metric: str | None = None
+    metric: NonBlank | None = None
     mode: Literal["min", "max"] | None = None
-    num_samples: int = Field(default=1, ge=1)
-    max_concurrent_trials: int | None = Field(default=None, ge=1)
-    time_budget_s: float | None = Field(default=None, gt=0)
-    stop: dict[str, float] | None = None
-    seed: int | None = None
+    num_samples: StrictInt = Field(default=1, ge=1)
+    max_concurrent_trials: StrictInt | None = Field(default=None, ge=1)
+    time_budget_s: StrictFloat | None = Field(default=None, gt=0)
+    stop: dict[NonBlank, StrictFloat] | None = None
+    seed: StrictInt | None = None
     param_space: dict[str, ParamValue] = Field(default_factory=dict)  # type: ignore[valid-type]
     search: SearchConfig = Field(default_factory=lambda: RandomSearch(algorithm="random"))
     scheduler: SchedulerConfig = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
     resources: Resources = Field(default_factory=Resources)
     reporting: Reporting = Field(default_factory=Reporting)
-    storage: str = "runs"
+    storage: NonBlank = "runs"
     ray: RayConfig = Field(default_factory=RayConfig)
     failure: Failure = Field(default_factory=Failure)
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
-    trial_timeout_s: float | None = Field(default=None, gt=0)
+    trial_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     amp: bool = False
-    oom_backoff: str | None = None
-    min_batch_size: int = Field(default=1, ge=1)
+    oom_backoff: NonBlank | None = None
+    min_batch_size: StrictInt = Field(default=1, ge=1)
 
     _source: str | None = PrivateAttr(default=None)
     _marks: dict = PrivateAttr(default_factory=dict)
+    _origins: dict = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _default_scheduler(cls, data: Any) -> Any:
-        """No scheduler given: ``bohb`` under BOHB search, else ``fifo``."""
-        if isinstance(data, Mapping) and data.get("scheduler") is None:
-            search = data.get("search")
-            algo = search.get("algorithm") if isinstance(search, Mapping) else getattr(search, "algorithm", None)
+        """No scheduler given: ``bohb`` under BOHB search, else ``fifo``.
+
+        Under BOHB search a scheduler without ``type`` (``--set scheduler.max_t=9`` on a
+        spec with no ``scheduler:``) is ``bohb`` too, the only one that pairs with it.
+        """
+        if not isinstance(data, Mapping):
+            return data
+        search = data.get("search")
+        algo = search.get("algorithm") if isinstance(search, Mapping) else getattr(search, "algorithm", None)
+        scheduler = data.get("scheduler")
+        if scheduler is None:
             data = {**data, "scheduler": {"type": "bohb" if algo == "bohb" else "fifo"}}
+        elif algo == "bohb" and isinstance(scheduler, Mapping) and "type" not in scheduler:
+            data = {**data, "scheduler": {"type": "bohb", **scheduler}}
         return data
 
     @field_validator("name")
@@ -795,9 +831,15 @@ class Spec(_Model):
     @classmethod
     def _trainable(cls, value: str | None) -> str | None:
         if value is not None and not _TRAINABLE.match(value):
+            hint = ""
+            if ":" not in value and value.endswith(".py"):
+                hint = f"; name the function after a ':', e.g. '{value}:train'"
+            elif ":" not in value and _TRAINABLE.match(":".join(value.rsplit(".", 1))):
+                hint = f"; did you mean '{':'.join(value.rsplit('.', 1))}'? A ':' comes before the function"
             raise PydanticCustomError(
                 "tuner_spec",
-                f"trainable must be 'package.module:function' or 'path/to/file.py:function', but got {value!r}.",
+                f"trainable must be 'package.module:function' or 'path/to/file.py:function', but got {value!r}"
+                f"{hint}.",
             )
         return value
 
@@ -880,14 +922,55 @@ class Spec(_Model):
         """The spec file this Spec was loaded from, or None."""
         return self._source
 
+    @property
+    def stop_criteria(self) -> list[tuple[str, str, float]]:
+        """``stop`` as ``(key, operator, threshold)`` triples; see :func:`stop_operator`."""
+        return [(key, stop_operator(key, self.metric, self.mode), value) for key, value in (self.stop or {}).items()]
+
+    def origin(self, path: str) -> str | None:
+        """The command-line option (``--name X``, ``--set KEY=VALUE``) that gave the value at a
+        dotted field path, or None for a value from the spec itself (or a default)."""
+        return _origin_of(tuple(path.split(".")), self._origins) if path else None
+
     def mark(self, path: str) -> tuple[int, int] | None:
         """Return the 1-based ``(line, col)`` of a dotted field path in the spec file, or None."""
         return self._marks.get(tuple(path.split("."))) if path else None
 
     def error(self, path: str, message: str) -> SpecError:
-        """Build a :class:`SpecError` for ``path`` with its position in the spec file."""
+        """Build a :class:`SpecError` for ``path``: at its position in the spec file, or
+        naming the ``--set``/command-line option that gave its value."""
+        origin = _origin_of(tuple(path.split(".")), self._origins) if path else None
+        if origin is not None:
+            return SpecError([SpecIssue(path, message, source=origin)], self._source)
         line_col = self.mark(path) or (None, None)
         return SpecError([SpecIssue(path, message, *line_col)], self._source)
+
+
+def stop_operator(key: str, metric: str | None, mode: str | None) -> str:
+    """How a trial's result is compared with its ``stop`` threshold: ``"<="`` or ``">="``.
+
+    The spec's own ``metric`` under ``mode: min`` stops a trial once it is at or below
+    the threshold (``stop: {val_loss: 0.05}`` means "good enough"); every other key
+    (``training_iteration``, the metric under ``mode: max``, any other reported key)
+    once it is at or above, as Ray Tune's dict form does.
+
+    Args:
+        key: A key of the spec's ``stop``.
+        metric: The spec's ``metric``, or None.
+        mode: The spec's ``mode`` (``"min"``, ``"max"``), or None.
+
+    Returns:
+        ``"<="`` or ``">="``.
+    """
+    return "<=" if key == metric and mode == "min" else ">="
+
+
+def _origin_of(key: tuple, origins: Mapping[tuple, str]) -> str | None:
+    """The ``--set``/option that gave the value at ``key`` or at a mapping above it, or None."""
+    for i in range(len(key), 0, -1):
+        if key[:i] in origins:
+            return origins[key[:i]]
+    return None
 
 
 def _iter_params(space: Mapping[str, Any], prefix: str = "param_space") -> Iterable[tuple[str, Any]]:
@@ -930,9 +1013,113 @@ def _check_param_for_search(path: str, dist: Any, algo: str) -> None:
 
 # --------------------------------------------------------------------------- YAML
 
+MAX_YAML_NODES = 100_000
+"""The most YAML nodes (keys, values, lists, mappings) a spec may hold, each alias counted in full."""
+MAX_NESTING = 32
+"""The deepest a spec may nest lists and mappings; the top-level mapping is level 1."""
+MAX_SPEC_BYTES = 1 << 20
+"""The largest spec file read, in bytes (1 MiB): PyYAML reads about 0.3 MB a second."""
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TOO_DEEP = f"nest lists and mappings more than {MAX_NESTING} levels deep here; a spec may nest at most {MAX_NESTING}."
+
+
+class _YAMLIssue(Exception):
+    """A problem found while reading YAML, before the caller knows the source to name."""
+
+    def __init__(self, issue: SpecIssue):
+        super().__init__(issue.message)
+        self.issue = issue
+
+
+def _at(mark: yaml.Mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _dotted(path: Iterable) -> str:
+    return ".".join(str(p) for p in path if p is not None)
+
 
 class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that reads YAML 1.2 floats such as ``1e-4``."""
+    """``yaml.SafeLoader`` that reads YAML 1.2 floats such as ``1e-4``, with aliases and nesting bounded.
+
+    While it composes the node graph, it keeps every node's size with each alias expanded
+    and its height (levels of lists and mappings), memoised per node. So a document of
+    aliases of aliases (a "billion laughs") is refused at the alias that takes it past
+    :data:`MAX_YAML_NODES`, nesting past :data:`MAX_NESTING` where it happens (PyYAML's
+    composer recurses once per level), and an alias inside its own anchor as a cycle: all
+    before anything walks, constructs or validates the expanded graph.
+
+    Raises:
+        _YAMLIssue: From ``get_single_node``, for any of those.
+    """
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._expanded: dict[int, tuple[int, int]] = {}  # id(node) -> (size, height); nodes outlive the loader's use
+        self._total = 0  # nodes composed so far, each alias counted in full
+        self._depth = 0  # lists and mappings open around the node being composed
+        self._path: list = []  # the keys and indexes down to it; None for a mapping's key
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if isinstance(parent, yaml.MappingNode):
+            self._path.append(index.value if isinstance(index, yaml.ScalarNode) else None)
+        elif isinstance(parent, yaml.SequenceNode):
+            self._path.append(index)
+        try:
+            if self.check_event(yaml.AliasEvent):
+                return self._compose_alias(parent, index)
+            return self._compose_new(parent, index)
+        finally:
+            if parent is not None:
+                self._path.pop()
+
+    def _compose_new(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        collection = isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent))
+        if collection and self._depth >= MAX_NESTING:
+            self._refuse(f"the spec would {_TOO_DEEP}", event.start_mark)
+        self._count(1, event.start_mark, None)
+        self._depth += collection
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= collection
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes = [self._expanded[id(child)] for child in children]
+        self._expanded[id(node)] = (1 + sum(size for size, _ in sizes),
+                                    collection + max((height for _, height in sizes), default=0))
+        return node
+
+    def _compose_alias(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        node = super().compose_node(parent, index)  # the anchored node; refuses an undefined alias
+        expanded = self._expanded.get(id(node))
+        if expanded is None:  # its anchor is still being composed: the alias lies inside it
+            self._refuse(f"the alias *{event.anchor} lies inside the {node.id} it names (a cycle); a spec cannot "
+                         "hold one.", event.start_mark)
+        size, height = expanded
+        if self._depth + height > MAX_NESTING:
+            self._refuse(f"the alias *{event.anchor} would {_TOO_DEEP}", event.start_mark)
+        self._count(size, event.start_mark, event.anchor)
+        return node
+
+    def _count(self, size: int, mark: yaml.Mark, alias: str | None) -> None:
+        self._total += size
+        if self._total <= MAX_YAML_NODES:
+            return
+        if alias is None:
+            self._refuse(f"the spec holds more than {MAX_YAML_NODES:,} YAML nodes (keys, values, lists and "
+                         f"mappings) by here; a spec may hold at most {MAX_YAML_NODES:,}.", mark)
+        self._refuse(f"the alias *{alias} expands the spec to more than {MAX_YAML_NODES:,} YAML nodes (keys, "
+                     f"values, lists and mappings, each alias counted in full); a spec may hold at most "
+                     f"{MAX_YAML_NODES:,}, so use fewer or smaller aliases.", mark)
+
+    def _refuse(self, message: str, mark: yaml.Mark) -> None:
+        raise _YAMLIssue(SpecIssue(_dotted(self._path), message, mark.line + 1, mark.column + 1))
 
 
 _Loader.add_implicit_resolver(
@@ -949,32 +1136,135 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _collect_marks(node: yaml.Node, path: tuple, marks: dict, source: str | None) -> None:
-    """Record ``path -> (line, col)`` for every node, refusing duplicate keys."""
+def _collect_marks(node: yaml.Node, path: tuple, marks: dict) -> None:
+    """Record ``path -> (line, col)`` for every node, refusing duplicate keys.
+
+    The keys a merge (``<<: *base``) brings into a mapping are recorded where the merged
+    mapping gives them, unless the mapping sets them itself (as PyYAML merges).
+    """
     marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, yaml.Node] = {}
+        merged = []
         for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merged.append(value_node)
+                continue
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
             if key in seen:
                 first = seen[key].start_mark
-                dotted = ".".join(str(p) for p in path + (key,))
-                raise SpecError(
-                    [SpecIssue(dotted, f"duplicate key '{key}' (first given on line {first.line + 1}); "
-                               "a key may appear once in a mapping.",
-                               key_node.start_mark.line + 1, key_node.start_mark.column + 1)],
-                    source,
-                )
+                raise _YAMLIssue(SpecIssue(
+                    _dotted(path + (key,)), f"duplicate key '{key}' (first given on line {first.line + 1}); "
+                    "a key may appear once in a mapping.", key_node.start_mark.line + 1, key_node.start_mark.column + 1))
             seen[key] = key_node
-            marks[("<key>",) + path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            _collect_marks(value_node, path + (key,), marks, source)
+            _collect_entry(key, key_node, value_node, path, marks)
+        _collect_merged(merged, path, seen, marks)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _collect_marks(item, path + (i,), marks, source)
+            _collect_marks(item, path + (i,), marks)
+
+
+def _collect_entry(key: Any, key_node: yaml.Node, value_node: yaml.Node, path: tuple, marks: dict) -> None:
+    marks[("<key>",) + path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+    _collect_marks(value_node, path + (key,), marks)
+
+
+def _collect_merged(values: list[yaml.Node], path: tuple, seen: dict, marks: dict) -> None:
+    """Marks of the keys merged into the mapping at ``path`` from ``<<`` values (a mapping or a list of them)."""
+    for value_node in values:
+        for source in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
+            if not isinstance(source, yaml.MappingNode):
+                continue  # the constructor refuses it ("expected a mapping for merging")
+            inner = []
+            for key_node, sub in source.value:
+                if key_node.tag == _MERGE_TAG:
+                    inner.append(sub)
+                    continue
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+                if key not in seen:
+                    seen[key] = key_node
+                    _collect_entry(key, key_node, sub, path, marks)
+            _collect_merged(inner, path, seen, marks)
+
+
+_CONSTRUCTS = {"simple key": "key", "quoted scalar": "quoted string", "double-quoted scalar": "double-quoted string",
+               "block collection": "block sequence"}
+_NOT_CLOSED = ("expected ',' or", "found unexpected end of stream", "found unexpected document separator")
+
+
+def _syntax_message(exc: yaml.MarkedYAMLError, here: bool = True) -> tuple[str, yaml.Mark | None]:
+    """One sentence for a PyYAML error, naming where the broken construct began and where
+    the parser gave up, and the mark to report it at.
+
+    Args:
+        exc: The error (``context``/``context_mark``: the construct being read;
+            ``problem``/``problem_mark``: what was wrong, where).
+        here: Whether the returned mark is shown before the sentence (``file:line:col:``),
+            so the sentence may say "here" for it.
+
+    Returns:
+        ``(sentence, mark)``; the mark is None when PyYAML gives none.
+    """
+    problem = (exc.problem or "").strip().replace(", but got ", ", but found ")
+    context = (exc.context or "").strip()
+    pmark, cmark = exc.problem_mark, exc.context_mark
+    if "could not determine a constructor" in problem:
+        tag = problem.split("tag", 1)[-1].strip().replace("tag:yaml.org,2002:", "!!")
+        return f"tag {tag} is not allowed; a spec holds only plain YAML values (safe_load).", pmark
+    if problem == "found character '\\t' that cannot start any token":
+        return "found a tab, which YAML does not allow for indentation; indent with spaces.", pmark
+    alias = re.match(r"found undefined alias '(.+)'$", problem)
+    if alias:
+        return f"the alias *{alias.group(1)} names no anchor; define &{alias.group(1)} before it.", pmark
+    two_places = cmark is not None and pmark is not None and (cmark.line, cmark.column) != (pmark.line, pmark.column)
+    if two_places and context.startswith("while ") and len(context.split(" ", 2)) == 3:
+        what = context.split(" ", 2)[2]
+        what = what.split(" ", 1)[1] if what.startswith(("a ", "an ")) else what
+        what = _CONSTRUCTS.get(what, what)
+        start = f"here ({_at(cmark)})" if here else f"at {_at(cmark)}"
+        if problem.startswith(_NOT_CLOSED):
+            return f"the {what} that starts {start} is not closed: {problem} at {_at(pmark)}.", cmark
+        if problem == "could not find expected ':'":
+            return f"the {what} that starts {start} has no ':' after it (the parser looked for one up to " \
+                   f"{_at(pmark)}).", cmark
+        return f"{problem} {'here' if here else 'at ' + _at(pmark)}, in the {what} that starts at {_at(cmark)}.", pmark
+    if two_places and context == "expected a single document in the stream":
+        return (f"a spec is a single YAML document, but a second one starts {'here' if here else 'at ' + _at(pmark)} "
+                f"(the first starts at {_at(cmark)}); remove the '---' or '...' line.", pmark)
+    anchor = re.match(r"found duplicate anchor '(.+)'; first occurrence$", context)
+    if two_places and anchor:
+        return (f"the anchor &{anchor.group(1)} is defined twice, {'here' if here else 'at ' + _at(pmark)} and at "
+                f"{_at(cmark)}; give each anchor its own name.", pmark)
+    text = f"{context}, {problem}" if context and problem else (problem or context or "invalid YAML")
+    return f"{text}.", pmark or cmark
+
+
+def _load(text: str) -> tuple[Any, dict]:
+    """Compose, mark and construct one YAML document (see :func:`parse_yaml`).
+
+    Raises:
+        _YAMLIssue: A duplicate key, or a document past the alias and nesting bounds.
+        yaml.YAMLError: Whatever PyYAML refuses.
+    """
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        marks: dict = {}
+        _collect_marks(node, (), marks)
+        return loader.construct_document(node), marks
+    finally:
+        loader.dispose()
 
 
 def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict]:
     """Parse YAML text with safe-load semantics, ``1e-4`` floats and no duplicate keys.
+
+    Anchors, aliases and merge keys (``<<: *base``) work as in PyYAML, within bounds: a
+    document that holds more than :data:`MAX_YAML_NODES` nodes once its aliases are
+    expanded, or nests lists and mappings deeper than :data:`MAX_NESTING`, is refused
+    while it is read, at the alias or node that crosses the bound.
 
     Args:
         text: The YAML document.
@@ -985,38 +1275,30 @@ def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict]:
         ``(line, col)``.
 
     Raises:
-        SpecError: On a syntax error, a tag other than the standard ones (for example
-            ``!!python/object``), a duplicate key, or more than one document.
+        SpecError: On a syntax error (naming where the broken construct began and where
+            the parser gave up), a tag other than the standard ones (for example
+            ``!!python/object``), a duplicate key, more than one document, an alias
+            inside its own anchor, or a document past the bounds above.
     """
     try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                return None, {}
-            marks: dict = {}
-            _collect_marks(node, (), marks, source)
-            data = loader.construct_document(node)
-        finally:
-            loader.dispose()
+        return _load(text)
+    except _YAMLIssue as exc:
+        raise SpecError([exc.issue], source) from None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = (exc.problem or exc.context or "invalid YAML").strip()
-        if "could not determine a constructor" in problem:
-            tag = problem.split("tag", 1)[-1].strip().replace("tag:yaml.org,2002:", "!!")
-            problem = f"tag {tag} is not allowed; a spec holds only plain YAML values (safe_load)"
-        elif exc.context and exc.problem:
-            problem = f"{exc.context}, {exc.problem}"
+        message, mark = _syntax_message(exc)
         line_col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        raise SpecError([SpecIssue("", f"YAML syntax error: {problem}.", *line_col)], source) from None
+        raise SpecError([SpecIssue("", f"YAML syntax error: {message}", *line_col)], source) from None
     except yaml.YAMLError as exc:  # reader errors (control characters) carry an offset
-        pos = getattr(exc, "position", None)
-        char = getattr(exc, "character", None)
-        char = chr(char) if isinstance(char, int) else char
-        shown = f" {char!r}" if isinstance(char, str) else ""
-        msg = f"the character{shown} is not allowed in YAML" if pos is not None else str(exc)
-        raise SpecError([SpecIssue("", f"YAML syntax error: {msg}.", *_line_col(text, pos))], source) from None
-    return data, marks
+        line_col = _line_col(text, getattr(exc, "position", None))
+        raise SpecError([SpecIssue("", f"YAML syntax error: {_reader_message(exc)}.", *line_col)], source) from None
+
+
+def _reader_message(exc: yaml.YAMLError) -> str:
+    """What PyYAML's reader refused (a character YAML does not allow), without a trailing period."""
+    char = getattr(exc, "character", None)
+    char = chr(char) if isinstance(char, int) else char
+    shown = f" {char!r}" if isinstance(char, str) else ""
+    return f"the character{shown} is not allowed in YAML" if getattr(exc, "position", None) is not None else str(exc)
 
 
 def _line_col(text: str, offset: int | None) -> tuple[int | None, int | None]:
@@ -1031,8 +1313,12 @@ def _line_col(text: str, offset: int | None) -> tuple[int | None, int | None]:
 _PATH_SKIP_TAGS = {"<dist>", "<nested>", "<const>"}
 
 
-def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
-    """Convert one pydantic error into a SpecIssue with a field path and a position."""
+def _issue_from_pydantic(err: dict, data: Any, marks: dict, origins: Mapping[tuple, str] | None = None) -> SpecIssue:
+    """Convert one pydantic error into a SpecIssue with a field path and a position.
+
+    The position is the value's ``line:col`` in the file, or, for a value given by a
+    ``--set`` or a command-line option, that option (``origins``: path -> option).
+    """
     path: list = []
     node = data
     for part in err["loc"]:
@@ -1046,7 +1332,10 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
     ctx = err.get("ctx") or {}
     etype = err["type"]
     extra = ctx.get("field")
-    key_mark = False
+    loc = list(err["loc"])
+    # A mapping's key is wrong, not its value (pydantic's location ends "..., key, '[key]'").
+    bad_key = "[key]" in loc and loc.index("[key]") > 0 and path[-1:] == [loc[loc.index("[key]") - 1]]
+    key_mark = bad_key
     if extra:
         path.extend(extra.split("."))
         key_mark = bool(ctx.get("key"))
@@ -1075,6 +1364,8 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
         msg = f"must be one of {ctx.get('expected')}, but got {value!r}."
     elif etype.startswith("tuner_"):
         pass
+    elif etype == "string_pattern_mismatch" and ctx.get("pattern") == _NON_BLANK:
+        msg = f"must not be empty or blank, but got {value!r}."
     elif etype in ("model_type", "model_attributes_type", "dict_type"):
         msg = f"must be a mapping (key: value), but got {type(value).__name__} {value!r}."
     else:
@@ -1083,8 +1374,15 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
             msg += f", but got {value!r} ({type(value).__name__})."
         else:
             msg += f", but got a {type(value).__name__}." if etype.endswith("_type") else "."
-    dotted = ".".join(str(p) for p in path)
+        if isinstance(value, bool) and etype in ("int_type", "float_type"):
+            msg = msg[:-1] + "; YAML reads yes, no, on, off, true and false as booleans, so write a number."
+    if bad_key:
+        msg = f"a key {msg}"
+    dotted = ".".join(str(p) for p in (path[:-1] if bad_key else path))
     key = tuple(path)
+    origin = _origin_of(key, origins or {})
+    if origin is not None:
+        return SpecIssue(dotted, msg, source=origin)
     pos = marks.get(("<key>",) + key) if key_mark else None
     while pos is None and key:
         pos = marks.get(key)
@@ -1093,7 +1391,8 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict) -> SpecIssue:
     return SpecIssue(dotted, msg, *(pos or (None, None)))
 
 
-def _validate(data: Any, marks: dict, source: str | None, require_trainable: bool = True) -> Spec:
+def _validate(data: Any, marks: dict, source: str | None, origins: Mapping[tuple, str] | None = None,
+              require_trainable: bool = True) -> Spec:
     if data is None:
         raise SpecError([SpecIssue("", "the spec is empty; it must be a mapping with at least `trainable:`.",
                                    *((1, 1) if source else (None, None)))], source)
@@ -1104,12 +1403,151 @@ def _validate(data: Any, marks: dict, source: str | None, require_trainable: boo
     try:
         spec = Spec.model_validate(data, context={"require_trainable": require_trainable})
     except ValidationError as exc:
-        issues = [_issue_from_pydantic(e, data, marks) for e in exc.errors()]
-        issues.sort(key=lambda i: (i.line or 0, i.col or 0))
+        issues = [_issue_from_pydantic(e, data, marks, origins) for e in exc.errors()]
+        issues.sort(key=lambda i: (i.source is not None, i.line or 0, i.col or 0))
         raise SpecError(issues, source) from None
     spec._source = source
     spec._marks = {k: v for k, v in marks.items() if k[:1] != ("<key>",)}
+    spec._origins = dict(origins or {})
     return spec
+
+
+@dataclass(frozen=True)
+class Override:
+    """One spec value given outside the spec file: a ``--set KEY=VALUE`` or a command-line option.
+
+    Attributes:
+        path: The field path, split at its dots: ``("scheduler", "max_t")``.
+        value: The value (a ``--set`` VALUE read as YAML).
+        origin: What error messages name as the value's source, e.g.
+            ``--set scheduler.max_t=5`` or ``--num-samples 4``.
+    """
+
+    path: tuple[str, ...]
+    value: Any
+    origin: str
+
+
+def parse_set(item: str) -> Override:
+    """Read one ``--set KEY=VALUE``: KEY a dotted field path, VALUE read as YAML.
+
+    Args:
+        item: The ``KEY=VALUE`` text, e.g. ``scheduler.max_t=5`` or
+            ``param_space.lr={type: loguniform, low: 1e-4, high: 1e-2}``; an empty VALUE
+            is the empty string.
+
+    Returns:
+        The :class:`Override`, whose origin is ``--set KEY=VALUE``.
+
+    Raises:
+        SpecError: Naming the ``--set`` item, for one without ``=``, a KEY with an empty
+            part, or a VALUE that is not valid YAML (or past :func:`parse_yaml`'s bounds).
+    """
+    origin = f"--set {item}"
+    key, sep, raw = item.partition("=")
+    parts = tuple(key.strip().split("."))
+    usage = "--set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5"
+    if not sep:
+        raise SpecError([SpecIssue("", f"{usage}, but this one has no '='.")], origin)
+    if not all(parts):
+        raise SpecError([SpecIssue("", f"{usage}, but its KEY {key!r} has an empty part.")], origin)
+    try:
+        data, _ = _load(f"v: {raw}" if raw.strip() else "v: ''")
+    except _YAMLIssue as exc:
+        problem = exc.issue.message
+    except yaml.MarkedYAMLError as exc:
+        for mark in {id(m): m for m in (exc.context_mark, exc.problem_mark) if m is not None}.values():
+            if mark.line == 0:
+                mark.column -= len("v: ")  # positions within the VALUE
+        problem = "YAML syntax error: " + _syntax_message(exc, here=False)[0]
+    except yaml.YAMLError as exc:
+        problem = f"YAML syntax error: {_reader_message(exc)}."
+    else:
+        if isinstance(data, dict) and list(data) == ["v"]:
+            return Override(parts, data["v"], origin)
+        problem = "it holds more than one value; quote it, or give a flow mapping {key: value, ...}."
+    raise SpecError([SpecIssue(".".join(parts), f"the value cannot be read as YAML: {problem}")], origin)
+
+
+def _section_models(annotation: Any) -> list[type[BaseModel]]:
+    """The spec sections a field's annotation takes; ``[]`` for a free-form mapping or a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (dict, list):
+        return []
+    return [model for arg in get_args(annotation) for model in _section_models(arg)]
+
+
+def _override_path_issue(data: Mapping, parts: tuple) -> SpecIssue | None:
+    """Why ``parts`` is no path to set in ``data``, or None.
+
+    A path may end in a new key, and may pass through a spec section or field that the
+    spec leaves out (``scheduler.max_t`` on a spec without ``scheduler:``), but may not
+    create a mapping on the way under a mapping the spec gives: ``param_space.lrr.low``
+    on a spec with ``param_space.lr`` is a typo, not a new group.
+    """
+    node: Any = data
+    models: list[type[BaseModel]] = [Spec]
+    given = True  # whether node is a mapping of the spec (rather than one the path creates)
+    for i, part in enumerate(parts[:-1]):
+        here = ".".join(parts[: i + 1])
+        known = {name for model in models for name in model.model_fields}
+        child = node.get(part) if isinstance(node, Mapping) else None
+        if child is not None and not isinstance(child, Mapping):
+            return SpecIssue(here, f"{here} is {child!r} ({type(child).__name__}), not a mapping, so it has no key "
+                             f"'{parts[i + 1]}'; set {here} itself instead (--set {here}={{...}}).")
+        if given and part not in known and not (isinstance(node, Mapping) and part in node):
+            where = ".".join(parts[:i]) or "the spec"
+            keys = sorted({str(k) for k in node} | known)
+            hint = _closest(part, keys)
+            guess = f"; did you mean '{hint}'?" if hint else "."
+            return SpecIssue(here, f"{where} has no key '{part}'{guess} A --set path may end in a new key, but not "
+                             f"create a mapping on the way; the keys in {where}: {_allowed(keys) or '(none)'}.")
+        models = [sub for model in models if part in model.model_fields
+                  for sub in _section_models(model.model_fields[part].annotation)]
+        node, given = child, isinstance(child, Mapping)
+    return None
+
+
+def _apply_override(data: Mapping, override: Override, marks: dict, origins: dict) -> dict:
+    """``data`` with ``override`` set (a mapping value is merged into a mapping there).
+
+    ``marks`` lose the positions below its path, and ``origins`` gain the path (and the
+    mappings it creates on the way), so that an error in what it set, or in a mapping it
+    merged into, names the option instead of a line of the file.
+
+    Raises:
+        SpecError: If the path cannot be set (see :func:`_override_path_issue`).
+    """
+    parts, origin = override.path, override.origin
+    issue = _override_path_issue(data, parts)
+    if issue is not None:
+        raise SpecError([issue], origin)
+    out = dict(data)
+    node = out
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if isinstance(child, Mapping):
+            child = dict(child)
+        else:  # absent or null: the path creates it
+            child = {}
+            _record_origin(parts[: i + 1], origin, marks, origins)
+        node[part] = child
+        node = child
+    old = node.get(parts[-1])
+    merge = isinstance(override.value, Mapping) and isinstance(old, Mapping)
+    node[parts[-1]] = _deep_merge(old, override.value) if merge else override.value
+    _record_origin(parts, origin, marks, origins)
+    return out
+
+
+def _record_origin(path: tuple, origin: str, marks: dict, origins: dict) -> None:
+    """The value at ``path`` (and all below it) now comes from ``origin``, not the file."""
+    n = len(path)
+    for table in (marks, origins):
+        for key in [k for k in table if k[:n] == path or (k[:1] == ("<key>",) and k[1:n + 1] == path)]:
+            del table[key]
+    origins[path] = origin
 
 
 def _deep_merge(base: Mapping, extra: Mapping) -> dict:
@@ -1122,11 +1560,15 @@ def _deep_merge(base: Mapping, extra: Mapping) -> dict:
     return out
 
 
-def load_spec(spec: str | os.PathLike | Mapping | Spec, *, require_trainable: bool = True, **overrides: Any) -> Spec:
+def load_spec(spec: str | os.PathLike | Mapping | Spec, *, sets: Iterable[Override] = (),
+              require_trainable: bool = True, **overrides: Any) -> Spec:
     """Load and validate a spec from a YAML file, a mapping or a Spec.
 
     Args:
         spec: Path of a YAML file, a mapping with the same keys, or a Spec.
+        sets: Values set by dotted path, in order (``--set`` items from
+            :func:`parse_set`, and command-line options); an error in one names it
+            instead of a line of the file.
         require_trainable: Whether the spec must name its ``trainable``; False when the
             caller passes the trainable itself (``tune_model(spec, trainable=fn)``).
         **overrides: Top-level keys that replace the spec's (mappings are merged
@@ -1137,18 +1579,21 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, *, require_trainable: bo
         The validated, frozen Spec.
 
     Raises:
-        SpecError: For a missing or unreadable file, invalid YAML, or any field that
-            fails validation. Nothing has been started or written.
+        SpecError: For a missing or unreadable file, invalid YAML, a ``sets`` path that
+            goes through a key the spec does not have, or any field that fails
+            validation. Nothing has been started or written.
     """
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    sets = tuple(sets)
     source: str | None = None
     marks: dict = {}
+    origins: dict = {}
     if isinstance(spec, Spec):
-        if not overrides:
+        if not overrides and not sets:
             return spec
         require_trainable = False  # validated already, with or without one
         data: Any = spec.model_dump(exclude_unset=True)
-        source, marks = spec._source, spec._marks
+        source, marks, origins = spec._source, dict(spec._marks), dict(spec._origins)
     elif isinstance(spec, Mapping):
         data = dict(spec)
     else:
@@ -1158,6 +1603,10 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, *, require_trainable: bo
             why = "is a folder, not a file" if path.is_dir() else "not found"
             raise SpecError([SpecIssue("", f"spec file {why}; give the path of a YAML spec, "
                                        "e.g. search_spaces/mnist_asha.yaml.")], source)
+        size = path.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError([SpecIssue("", f"the file holds {size:,} bytes; a spec may hold at most "
+                                       f"{MAX_SPEC_BYTES:,} (it is a short YAML text file).")], source)
         raw = path.read_bytes()
         try:
             text = raw.decode("utf-8")
@@ -1169,9 +1618,38 @@ def load_spec(spec: str | os.PathLike | Mapping | Spec, *, require_trainable: bo
             raise SpecError([SpecIssue("", "the file holds NUL bytes (binary data); a spec is a YAML text file.",
                                        *_line_col(text, text.index("\x00")))], source)
         data, marks = parse_yaml(text, source)
-    if overrides and isinstance(data, Mapping):
-        data = _deep_merge(data, overrides)
-    return _validate(data, marks, source, require_trainable)
+    if isinstance(data, Mapping):
+        for override in sets:
+            data = _apply_override(data, override, marks, origins)
+        if overrides:
+            data = _deep_merge(data, overrides)
+    _check_nesting(data, source, origins)
+    return _validate(data, marks, source, origins, require_trainable)
+
+
+def _check_nesting(data: Any, source: str | None, origins: Mapping[tuple, str]) -> None:
+    """Refuse data that nests lists and mappings deeper than :data:`MAX_NESTING`.
+
+    YAML is bounded as it is read (:func:`parse_yaml`); this bounds a spec given as a
+    mapping, and ``**overrides``, alike (a mapping that holds itself nests forever).
+    Shared values are walked once per depth, not once per reference.
+
+    Raises:
+        SpecError: At the first list or mapping past the bound (naming the ``--set``
+            that put it there, if one did).
+    """
+    deepest: dict[int, int] = {}
+    stack = [(data, 1, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if not isinstance(value, (Mapping, list, tuple)) or deepest.get(id(value), 0) >= depth:
+            continue
+        if depth > MAX_NESTING:
+            raise SpecError([SpecIssue(_dotted(path), f"the spec would {_TOO_DEEP}",
+                                       source=_origin_of(path, origins))], source)
+        deepest[id(value)] = depth
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        stack.extend((sub, depth + 1, path + (key,)) for key, sub in items)
 
 
 # --------------------------------------------------------------------------- trainable
