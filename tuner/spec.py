@@ -34,6 +34,7 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Union, 
 
 import yaml
 from pydantic import (
+    BeforeValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -145,6 +146,29 @@ def _allowed(choices: Iterable[str]) -> str:
 
 _NON_BLANK = r"\S"
 NonBlank = Annotated[str, StringConstraints(pattern=_NON_BLANK)]
+
+
+def _integral(value: Any) -> Any:
+    """A whole number written as a float (``4.0``, ``1e3``) or a numpy scalar is that number;
+    anything else (a bool, a string, ``4.5``) is left for the strict type to refuse."""
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _real(value: Any) -> Any:
+    """A numpy scalar is its Python number; anything else is left for the strict type."""
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        return value.item()
+    return value
+
+
+# Numbers in the spec: never a bool (YAML's yes/no/on/off), never a string, never NaN or inf
+# (ConfigDict(allow_inf_nan=False)); a whole float is fine where an integer is wanted.
+Int = Annotated[StrictInt, BeforeValidator(_integral)]
+Float = Annotated[StrictFloat, BeforeValidator(_real)]
 """A string with at least one non-space character: names, metrics, keys (never ``""``)."""
 
 # Numbers are pydantic's strict types, so a YAML boolean (``yes``, ``on``, ``true``) is never
@@ -205,9 +229,9 @@ class _Dist(_Model):
 
 
 class _Range(_Dist):
-    low: StrictFloat
-    high: StrictFloat
-    grid_points: StrictInt | None = Field(default=None, ge=2)
+    low: Float
+    high: Float
+    grid_points: Int | None = Field(default=None, ge=2)
 
 
 class Uniform(_Range):
@@ -220,7 +244,7 @@ class QUniform(_Range):
     """Float uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.quniform``."""
 
     type: Literal["quniform"]
-    q: StrictFloat = Field(gt=0)
+    q: Float = Field(gt=0)
 
 
 class LogUniform(_Range):
@@ -231,7 +255,7 @@ class LogUniform(_Range):
     """
 
     type: Literal["loguniform"]
-    base: StrictFloat = Field(default=10, gt=0)
+    base: Float = Field(default=10, gt=0)
 
     @model_validator(mode="after")
     def _positive(self):
@@ -244,28 +268,28 @@ class QLogUniform(LogUniform):
     """Float log-uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.qloguniform``."""
 
     type: Literal["qloguniform"]  # type: ignore[assignment]
-    q: StrictFloat = Field(gt=0)
+    q: Float = Field(gt=0)
 
 
 class RandN(_Dist):
     """Float from a normal distribution, unbounded; ``tune.randn``."""
 
     type: Literal["randn"]
-    mean: StrictFloat = 0.0
-    sd: StrictFloat = Field(default=1.0, gt=0)
+    mean: Float = 0.0
+    sd: Float = Field(default=1.0, gt=0)
 
 
 class QRandN(RandN):
     """Normal float rounded to a multiple of ``q``; ``tune.qrandn``."""
 
     type: Literal["qrandn"]  # type: ignore[assignment]
-    q: StrictFloat = Field(gt=0)
+    q: Float = Field(gt=0)
 
 
 class _IntRange(_Dist):
-    low: StrictInt
-    high: StrictInt
-    grid_points: StrictInt | None = Field(default=None, ge=2)
+    low: Int
+    high: Int
+    grid_points: Int | None = Field(default=None, ge=2)
 
 
 class RandInt(_IntRange):
@@ -278,14 +302,14 @@ class QRandInt(_IntRange):
     """Integer multiple of ``q`` in ``[low, high]`` (high inclusive, exclusive for q=1); ``tune.qrandint``."""
 
     type: Literal["qrandint"]
-    q: StrictInt = Field(default=1, ge=1)
+    q: Int = Field(default=1, ge=1)
 
 
 class LogRandInt(_IntRange):
     """Integer log-uniformly in ``[low, high)``, ``low >= 1``; ``tune.lograndint``."""
 
     type: Literal["lograndint"]
-    base: StrictFloat = Field(default=10, gt=0)
+    base: Float = Field(default=10, gt=0)
 
     @model_validator(mode="after")
     def _positive(self):
@@ -298,7 +322,7 @@ class QLogRandInt(LogRandInt):
     """Integer multiple of ``q`` log-uniformly in ``[low, high]``; ``tune.qlograndint``."""
 
     type: Literal["qlograndint"]  # type: ignore[assignment]
-    q: StrictInt = Field(default=1, ge=1)
+    q: Int = Field(default=1, ge=1)
 
 
 class _Values(_Dist):
@@ -388,7 +412,7 @@ class OptunaSearch(_Search):
     """
 
     algorithm: Literal["optuna"]
-    n_startup_trials: StrictInt = Field(default=10, ge=0)
+    n_startup_trials: Int = Field(default=10, ge=0)
     multivariate: bool = False
 
 
@@ -400,12 +424,12 @@ class BOHBSearch(_Search):
     """
 
     algorithm: Literal["bohb"]
-    min_points_in_model: StrictInt | None = Field(default=None, ge=1)
-    top_n_percent: StrictInt = Field(default=15, ge=1, le=99)
-    num_samples: StrictInt = Field(default=64, ge=1)
-    random_fraction: StrictFloat = Field(default=1 / 3, ge=0, le=1)
-    bandwidth_factor: StrictFloat = Field(default=3, gt=0)
-    min_bandwidth: StrictFloat = Field(default=1e-3, gt=0)
+    min_points_in_model: Int | None = Field(default=None, ge=1)
+    top_n_percent: Int = Field(default=15, ge=1, le=99)
+    num_samples: Int = Field(default=64, ge=1)
+    random_fraction: Float = Field(default=1 / 3, ge=0, le=1)
+    bandwidth_factor: Float = Field(default=3, gt=0)
+    min_bandwidth: Float = Field(default=1e-3, gt=0)
 
 
 SearchConfig = Annotated[Union[RandomSearch, GridSearch, OptunaSearch, BOHBSearch], Field(discriminator="algorithm")]
@@ -443,10 +467,10 @@ class ASHAScheduler(_Sched):
     """
 
     type: Literal["asha"]
-    max_t: StrictInt | None = Field(default=None, ge=1)
-    grace_period: StrictInt = Field(default=1, ge=1)
-    reduction_factor: StrictFloat = 4
-    brackets: StrictInt = Field(default=1, ge=1)
+    max_t: Int | None = Field(default=None, ge=1)
+    grace_period: Int = Field(default=1, ge=1)
+    reduction_factor: Float = 4
+    brackets: Int = Field(default=1, ge=1)
     stop_last_trials: bool = True
 
     @field_validator("reduction_factor")
@@ -463,8 +487,8 @@ class HyperBandScheduler(_Sched):
     """
 
     type: Literal["hyperband"]
-    max_t: StrictInt | None = Field(default=None, ge=1)
-    reduction_factor: StrictFloat = 3
+    max_t: Int | None = Field(default=None, ge=1)
+    reduction_factor: Float = 3
     stop_last_trials: bool = True
 
     @field_validator("reduction_factor")
@@ -486,8 +510,8 @@ class MedianScheduler(_Sched):
     """
 
     type: Literal["median"]
-    grace_period: StrictFloat = Field(default=1, ge=0)
-    min_samples_required: StrictInt = Field(default=3, ge=1)
+    grace_period: Float = Field(default=1, ge=0)
+    min_samples_required: Int = Field(default=3, ge=1)
     hard_stop: bool = True
 
 
@@ -517,11 +541,11 @@ class Resources(_Model):
             group strategy): PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
     """
 
-    cpu: StrictFloat = Field(default=1, ge=0)
-    gpu: StrictFloat = Field(default=0, ge=0)
-    workers: StrictInt | None = Field(default=None, ge=1)
-    cpu_per_worker: StrictFloat = Field(default=1, ge=0)
-    gpu_per_worker: StrictFloat = Field(default=0, ge=0)
+    cpu: Float = Field(default=1, ge=0)
+    gpu: Float = Field(default=0, ge=0)
+    workers: Int | None = Field(default=None, ge=1)
+    cpu_per_worker: Float = Field(default=1, ge=0)
+    gpu_per_worker: Float = Field(default=0, ge=0)
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
     @model_validator(mode="after")
@@ -577,7 +601,7 @@ class Failure(_Model):
             train function), instead of running every trial into the same error.
     """
 
-    max_failures: StrictInt = Field(default=0, ge=0)
+    max_failures: Int = Field(default=0, ge=0)
     fail_fast: bool = False
     abort_on_first_error: bool = True
 
@@ -592,8 +616,8 @@ class Checkpointing(_Model):
             (Ray's ``CheckpointConfig.num_to_keep``).
     """
 
-    frequency: StrictInt = Field(default=1, ge=1)
-    num_to_keep: StrictInt | None = Field(default=2, ge=1)
+    frequency: Int = Field(default=1, ge=1)
+    num_to_keep: Int | None = Field(default=2, ge=1)
 
 
 class CLIReporting(_Model):
@@ -610,7 +634,7 @@ class CLIReporting(_Model):
 
     enabled: bool = True
     metric_columns: list[NonBlank] | None = None
-    max_report_frequency: StrictInt = Field(default=10, ge=1)
+    max_report_frequency: Int = Field(default=10, ge=1)
     progress: bool = True
 
 
@@ -718,11 +742,11 @@ class Spec(_Model):
     trainable: str | None = None  # required unless tune_model(trainable=...) passes one
     metric: NonBlank | None = None
     mode: Literal["min", "max"] | None = None
-    num_samples: StrictInt = Field(default=1, ge=1)
-    max_concurrent_trials: StrictInt | None = Field(default=None, ge=1)
-    time_budget_s: StrictFloat | None = Field(default=None, gt=0)
-    stop: dict[NonBlank, StrictFloat] | None = None
-    seed: StrictInt | None = None
+    num_samples: Int = Field(default=1, ge=1)
+    max_concurrent_trials: Int | None = Field(default=None, ge=1)
+    time_budget_s: Float | None = Field(default=None, gt=0)
+    stop: dict[NonBlank, Float] | None = None
+    seed: Int | None = None
     param_space: dict[str, ParamValue] = Field(default_factory=dict)  # type: ignore[valid-type]
     search: SearchConfig = Field(default_factory=lambda: RandomSearch(algorithm="random"))
     scheduler: SchedulerConfig = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
@@ -732,10 +756,10 @@ class Spec(_Model):
     ray: RayConfig = Field(default_factory=RayConfig)
     failure: Failure = Field(default_factory=Failure)
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
-    trial_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+    trial_timeout_s: Float | None = Field(default=None, gt=0)
     amp: bool = False
     oom_backoff: NonBlank | None = None
-    min_batch_size: StrictInt = Field(default=1, ge=1)
+    min_batch_size: Int = Field(default=1, ge=1)
 
     _source: str | None = PrivateAttr(default=None)
     _marks: dict = PrivateAttr(default_factory=dict)
