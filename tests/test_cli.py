@@ -83,12 +83,12 @@ GOLDEN = [
      "{f}:11:19: scheduler.type: unknown scheduler type 'ashha'; did you mean 'asha'? "
      "Allowed: fifo, asha, hyperband, bohb, median."),
     ("tests.trainables:quadratic", "tests.no_such_module:train",
-     "{f}:2:12: trainable: module 'tests.no_such_module' not found (looked on sys.path, including {cwd}, {d})."),
+     "{f}:2:12: trainable: module 'tests.no_such_module' not found (looked on sys.path, including {cwd}, {d} and the folders above it)."),
     ("tests.trainables:quadratic", "tests.named_functions:trian",
      "{f}:2:12: trainable: 'tests.named_functions' has no function 'trian'; did you mean 'train'? "
      "Functions there: evaluate, train."),
     ("tests.trainables:quadratic", "missing/file.py:train",
-     "{f}:2:12: trainable: file 'missing/file.py' not found (looked in {cwd}, {d})."),
+     "{f}:2:12: trainable: file 'missing/file.py' not found (looked in {cwd}, {d} and the folders above it)."),
     ("resources: {cpu: 1}", "resources: {cpu: 4}",
      "{f}:12:18: resources.cpu: one trial asks for 4 CPU, but this machine (--num-cpus/--num-gpus) has 2; "
      "lower resources.cpu or give Ray more (--num-cpus, or a cluster with --address)."),

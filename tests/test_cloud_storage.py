@@ -113,8 +113,8 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path):
     for name in ("tuner_run.json", "summary.json", "spec.yaml"):  # the URI's query (endpoint, keys) stays out
         assert "endpoint_override" not in _read(fs, f"tuner-test/runs/cloud/{name}"), name
 
-    # The same name again: refused before anything starts.
-    again = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    # The same name again, given explicitly: refused before anything starts.
+    again = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, "--name", "cloud", env=env)
     assert again.returncode == 2
     assert "the experiment folder s3://tuner-test/runs/cloud already exists" in again.stderr
 

@@ -162,10 +162,10 @@ def test_stop_and_grid_repeats(ray_local, tmp_path):
     assert sorted(result.dataframe["config/x"]) == [0.1, 0.1, 0.9, 0.9]
 
 
-def test_existing_experiment_folder_is_refused(ray_local, tmp_path):
+def test_existing_experiment_folder_is_refused_by_an_explicit_name(ray_local, tmp_path):
     tune_model(base(tmp_path, num_samples=1))
     with pytest.raises(SpecError, match="already exists"):
-        tune_model(base(tmp_path, num_samples=1))
+        tune_model(base(tmp_path, num_samples=1), name="t")
 
 
 def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path):

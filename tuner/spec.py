@@ -1770,7 +1770,7 @@ def resolve_trainable(spec: Spec) -> Callable[[dict], Any] | type:
     """
     target, _, func_name = spec.trainable.rpartition(":")
     dirs = trainable_dirs(spec)
-    where = _allowed(dirs[:2]) + (f" and the folders above {dirs[1]}" if len(dirs) > 1 else "")
+    where = _allowed(dirs[:2]) + (" and the folders above it" if len(dirs) > 1 else "")
     try:
         if target.endswith(".py"):
             file = next((Path(d, target) for d in dirs if Path(d, target).is_file()), None)
