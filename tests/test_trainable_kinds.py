@@ -180,3 +180,49 @@ def test_tune_model_with_a_trainable_and_no_trainable_key(ray_local, tmp_path):
     assert yaml.safe_load((tmp_path / "k" / "spec.yaml").read_text())["trainable"] == "tests.trainables:quadratic"
     with pytest.raises(SpecError, match=r"<spec>: trainable: required key 'trainable' is missing\."):
         tune_model(spec(tmp_path, name="none"))
+
+
+CLASS_SPEC = """\
+name: counter
+trainable: tests.trainables:Counter
+metric: loss
+mode: min
+num_samples: 4
+seed: 0
+stop: {training_iteration: 6}
+param_space:
+  x: {type: uniform, low: 0, high: 1}
+  sleep: 0.4
+checkpoint: {frequency: 1}
+resources: {cpu: 1}
+reporting: {cli: false}
+"""
+
+
+@pytest.mark.slow
+def test_class_trainable_from_yaml_survives_a_killed_driver(tmp_path):
+    """`tuner run` of a class trainable named in YAML, the driver SIGKILLed mid-run, then
+    `tuner resume`: every trial ends with all its steps, the interrupted ones restored from
+    the checkpoints Ray took through save_checkpoint."""
+    import signal
+
+    from tests.test_resume import start, wait_for_progress
+
+    spec_file = tmp_path / "counter.yaml"
+    spec_file.write_text(CLASS_SPEC)
+    exp = tmp_path / "runs" / "counter"
+    proc = start("run", spec_file, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    wait_for_progress(exp, 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    resumed = start("resume", exp, "--num-cpus", "2")
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["trials"]["by_status"] == {"TERMINATED": 4}
+    trials = rows(exp, "Counter")
+    assert len(trials) == 4
+    for name, rs in trials.items():
+        assert rs[-1]["training_iteration"] == 6 and rs[-1]["step_no"] == 6, name
+        assert all(r["step_no"] == r["training_iteration"] for r in rs), (name, [r["step_no"] for r in rs])
+    assert any(r["restored_from"] > 0 for rs in trials.values() for r in rs), "a trial went on from a checkpoint"
