@@ -314,3 +314,30 @@ def with_data(config, data):
     """For tune.with_parameters: reports facts about ``data`` (a numpy array from the object store)."""
     trial.report({"loss": float(data[:10].sum()) + config.get("x", 0.0), "nbytes": int(data.nbytes),
                   "writeable": float(data.flags.writeable), "process": os.getpid()})
+
+
+def bulky(config):
+    """Like ``steady``, with ``config['ckpt_kb']`` KB of random bytes in each checkpoint (the full-disk test).
+
+    A trial with ``x > config['hold_above']`` holds before epoch ``config['hold_at']`` (its
+    checkpoints of the epochs before written) until the file ``config['go']`` exists, and
+    says so by creating ``holding-<x>`` beside it.
+    """
+    import shutil
+    import time
+
+    start = _start_epoch()
+    for epoch in range(start, int(config["epochs"])):
+        if config.get("go") and config["x"] > config.get("hold_above", 1) and epoch == config.get("hold_at"):
+            open(os.path.join(os.path.dirname(config["go"]), f"holding-{config['x']}"), "w").close()
+            while not os.path.exists(config["go"]):
+                time.sleep(0.05)
+        time.sleep(config.get("sleep", 0))
+        folder = _epoch_checkpoint(epoch)
+        if folder is not None:
+            with open(os.path.join(folder, "weights.bin"), "wb") as f:
+                f.write(os.urandom(int(config.get("ckpt_kb", 200)) * 1024))
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
+                     checkpoint_dir=folder)
+        if folder is not None:
+            shutil.rmtree(folder)  # persisted by the report; don't fill the worker's /tmp

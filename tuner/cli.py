@@ -1,7 +1,8 @@
 """The command line: ``tuner run|validate|submit SPEC``, ``resume``, ``jobs`` (also ``python -m tuner``).
 
 Exit codes: 0 every trial ended well; 1 some trials errored (named in the summary);
-2 bad input (nothing started, nothing written); 130 interrupted.
+2 bad input (nothing started, nothing written); 75 the disk holding the experiment is
+full (``EX_TEMPFAIL``: the state is saved; free space, then ``tuner resume``); 130 interrupted.
 
 Errors are one compact paragraph; ``TUNER_DEBUG=1`` shows the full traceback.
 """
@@ -14,6 +15,7 @@ import traceback
 
 import click
 
+from tuner.errors import TunerError
 from tuner.spec import SpecError
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -363,6 +365,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("tuner: interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except TunerError as err:  # one paragraph that says what to do, e.g. a full disk's DiskFullError
+        if _debug():
+            traceback.print_exception(err)
+        click.echo(f"tuner: error: {err}", err=True)
+        sys.exit(err.exit_code)
     except Exception as err:  # noqa: BLE001 - compact by default, traceback on request
         if _debug():
             traceback.print_exception(err)

@@ -6,6 +6,7 @@ searcher, scheduler, resources, reporter) -> ``Tuner.fit()`` -> :class:`TuneResu
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -362,6 +363,9 @@ def tune_model(
             (``failure.abort_on_first_error``; ``tuner run`` exits 1 there). The trial's
             error is chained as ``__cause__``; the experiment's files are written and
             ``err.result`` holds its TuneResult.
+        DiskFullError: If the disk holding the experiment filled up (or its quota did):
+            the experiment stopped, resumable with ``error.resume_command`` once space
+            is freed.
     """
     prepared = prepare(spec, trainable=trainable, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
                        **overrides)
@@ -430,6 +434,59 @@ def _lean_callback_usage_tag() -> None:
     air_usage.tag_callbacks = tag_callbacks
 
 
+def _resumable_on_full_disk(run: Callable) -> Callable:
+    """Run or resume under a :class:`~tuner.reporting.DiskFullWatch`: a full disk ends it
+    with one :class:`~tuner.errors.DiskFullError`.
+
+    Wherever the full disk surfaced (a trial's checkpoint, Ray's experiment-state save or
+    logger callbacks, a writer thread, tuner's own files), the Tune run stops at once
+    (:class:`~tuner.reporting.StopOnFullDisk`), :func:`_finish` writes nothing more, and
+    the caller gets the file that could not be written and the resume command. Any other
+    error goes through unchanged, unless a full disk was noticed before it (then it is
+    the full disk's consequence, chained as ``__cause__``).
+    """
+
+    @functools.wraps(run)
+    def wrapper(prepared: Prepared, *args, **kwargs):
+        from tuner import reporting
+        from tuner.errors import DiskFullError
+
+        with reporting.DiskFullWatch() as watch:
+            try:
+                return run(prepared, *args, **kwargs)
+            except DiskFullError:
+                raise
+            except Exception as err:
+                # After a full disk, a later error is its consequence (the traceback is chained).
+                if not watch.note(err) and watch.error is None:
+                    raise
+                raise _disk_full_error(prepared, watch) from err
+
+    return wrapper
+
+
+def _disk_full_error(prepared: Prepared, watch):
+    """The :class:`~tuner.errors.DiskFullError` for the full disk ``watch`` noticed."""
+    import errno
+
+    from tuner.errors import DiskFullError
+    from tuner.failures import check_state
+    from tuner.storage import display
+
+    resumable = True
+    if not prepared.remote:  # a cloud experiment's state is in the bucket, not on this disk
+        try:
+            check_state(prepared.experiment_path)
+        except SpecError:
+            resumable = False
+    path, what = (watch.path, watch.what) if watch.path else (str(prepared.experiment_path), "into ")
+    storage = str(prepared.experiment_path.parent)
+    inside = os.path.commonpath([storage, os.path.abspath(path)]) == storage
+    return DiskFullError(path, display(prepared.location), what=what, storage=storage if inside else None,
+                         quota=watch.error.errno == errno.EDQUOT, resumable=resumable)
+
+
+@_resumable_on_full_disk
 def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = None):
     """Run a :class:`Prepared` experiment; see :func:`tune_model`.
 
@@ -437,6 +494,10 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         prepared: From :func:`prepare`.
         echo: Where to print the TensorBoard hint and the best-trial line (the CLI
             passes ``click.echo``); None prints nothing.
+
+    Raises:
+        DiskFullError: If the disk holding the experiment filled up; see
+            :func:`_resumable_on_full_disk`.
     """
     _before_ray_tune(prepared)
     from ray import tune
@@ -507,7 +568,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 stop=abort,
                 progress_reporter=reporting.build_reporter(spec),
                 callbacks=[*reporting.build_callbacks(spec, path if prepared.remote else None), abort,
-                           PlacementGroupReleaser(prepared.location),
+                           reporting.StopOnFullDisk(), PlacementGroupReleaser(prepared.location),
                            # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).
                            *([] if prepared.remote else [StateSnapshots(path)])],
                 verbose=1 if spec.reporting.cli.enabled else 0,
@@ -579,9 +640,17 @@ def _finish(prepared: Prepared, grid, started: float, *, interrupted: bool, abor
 
     Returns:
         tuner.results.TuneResult.
+
+    Raises:
+        DiskFullError: When a full disk was noticed during the session; nothing is
+            written then (the files would only be incomplete, and the disk is full).
     """
+    from tuner.reporting import DiskFullWatch
     from tuner.results import best_line, collect_results
 
+    watch = DiskFullWatch.active
+    if watch is not None and watch.error is not None:
+        raise _disk_full_error(prepared, watch)
     spec, path = prepared.spec, prepared.experiment_path
     spent = _take_budget_marker(path)
     _sync_down(prepared)
@@ -778,6 +847,7 @@ def prepare_resume(
     return prepared
 
 
+@_resumable_on_full_disk
 def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart_errored: bool = False,
                     echo: Callable[[str], None] | None = None):
     """Resume a stopped experiment with ``Tuner.restore``; see :func:`prepare_resume`.
@@ -789,6 +859,9 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
 
     Returns:
         tuner.results.TuneResult for the whole experiment.
+
+    Raises:
+        DiskFullError: If the disk is still (or again) full; see :func:`_resumable_on_full_disk`.
     """
     _before_ray_tune(prepared)
     from ray import tune

@@ -11,7 +11,9 @@ live beside the code that finds them (:class:`tuner.spec.SpecError`) for now.
 
 from __future__ import annotations
 
-__all__ = ["TunerError", "TrialError"]
+import os
+
+__all__ = ["TunerError", "TrialError", "DiskFullError"]
 
 
 class TunerError(Exception):
@@ -49,3 +51,55 @@ class TrialError(TunerError):
         self.path = path
         self.traceback = traceback
         self.result = result
+
+
+class DiskFullError(TunerError):
+    """The disk holding the experiment is full (or the user's quota on it is used up).
+
+    Raised by :func:`tuner.tune_model` (and ``tuner resume``) where ``tuner run`` prints
+    the same message and exits with code 75: a write into the experiment failed with
+    ``ENOSPC`` or ``EDQUOT``, so the experiment stopped at once. Nothing is lost: the
+    state on disk is the last one Ray Tune saved, and once space is freed ``tuner resume``
+    keeps the finished trials and continues the others from their latest checkpoints.
+    The error that revealed the full disk is chained as ``__cause__``.
+
+    Attributes:
+        path: The file (or, for a trial's checkpoint, the trial folder) that could not be
+            written.
+        experiment: The experiment folder (or cloud URI), as ``tuner resume`` takes it.
+        resume_command: ``tuner resume <experiment>``, the command that goes on; None when
+            the disk filled before Ray Tune saved any state (then there is nothing to
+            resume: remove the folder and run again).
+        quota: Whether a disk quota (``EDQUOT``) rather than the disk itself is full.
+    """
+
+    exit_code = 75  # EX_TEMPFAIL: the run can go on once the condition is fixed
+
+    def __init__(self, path: str, experiment: str, *, storage: str | None = None, quota: bool = False,
+                 what: str = "", resumable: bool = True):
+        """Build the message.
+
+        Args:
+            path: The file (or folder) that could not be written.
+            experiment: The experiment folder or URI.
+            storage: The folder whose filesystem is full; default ``path``'s folder.
+            quota: ``EDQUOT`` rather than ``ENOSPC``.
+            what: What was written into ``path`` when it is a folder, e.g.
+                ``"a checkpoint of trial 1a2b3_00001 into "``.
+            resumable: Whether Ray Tune had saved a state to resume from.
+        """
+        self.path = str(path)
+        self.experiment = str(experiment)
+        self.resume_command = f"tuner resume {experiment}" if resumable else None
+        self.quota = quota
+        where = storage or os.path.dirname(self.path)
+        full = (f"the disk quota is used up: could not write {what}{self.path} (quota exceeded on the filesystem "
+                f"of {where})" if quota else
+                f"the disk is full: could not write {what}{self.path} (no space left on the filesystem of {where})")
+        if resumable:
+            then = ("The experiment stopped with its state saved: finished trials stay finished and the others go "
+                    f"on from their latest checkpoints. Free some space there, then run:\n  {self.resume_command}")
+        else:
+            then = ("The experiment stopped before any trial state was saved, so there is nothing to resume. Free "
+                    f"some space there, remove {self.experiment} and start the run again.")
+        super().__init__(f"{full}. {then}")

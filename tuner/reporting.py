@@ -15,6 +15,9 @@
 * W&B and MLflow (optional extras) are Ray's own ``WandbLoggerCallback`` and
   ``MLflowLoggerCallback``. API keys and tokens come only from the environment.
 * :class:`ProgressLine`: one overall progress line under the table, as often as the table.
+* A full disk: :class:`DiskFullWatch` notices it wherever it surfaces in the driver and
+  keeps its tracebacks (writer threads, Ray's logger callbacks, ``tuner.log`` itself) off
+  the console; :class:`StopOnFullDisk` then ends the Tune run at once.
 """
 
 from __future__ import annotations
@@ -23,19 +26,21 @@ import json
 import logging
 import math
 import os
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-from tuner.files import flatten
+from tuner.files import disk_full, flatten
 from tuner.space import iter_params, plain, sampled_params
 from tuner.spec import Spec
 
 __all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint",
-           "ProgressLine", "progress_line", "HParamsTBXCallback"]
+           "ProgressLine", "progress_line", "HParamsTBXCallback", "DiskFullWatch", "StopOnFullDisk"]
 
 _QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray.data")
 
@@ -190,10 +195,14 @@ class HParamsTBXCallback(TBXLoggerCallback):
         folders = {Path(self._folder)} if self._folder else {Path(t.path).parent for t in trials if t.path}
         if len(folders) != 1 or not next(iter(folders)).is_dir():
             return
+        if DiskFullWatch.active is not None and DiskFullWatch.active.error is not None:
+            return  # the disk is full: written at the end of the resume
+        folder = folders.pop()
         try:
-            write_hparams_experiment(folders.pop(), self._domains, self._metric, list(self._metrics))
-        except Exception:  # noqa: BLE001
-            logging.getLogger(__name__).exception("could not write the HParams experiment summary")
+            write_hparams_experiment(folder, self._domains, self._metric, list(self._metrics))
+        except Exception as err:  # noqa: BLE001
+            if not _keep_off_console(err, f"the HParams experiment summary in {folder}"):
+                logging.getLogger(__name__).exception("could not write the HParams experiment summary")
 
 
 
@@ -215,9 +224,10 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
             ones (``done``, ``time_this_iter_s``, ...) are left out.
     """
     from google.protobuf.struct_pb2 import ListValue
-    from tensorboardX import SummaryWriter
+    from tensorboardX.event_file_writer import EventsWriter
     from tensorboardX.proto.api_pb2 import DataType, Experiment, HParamInfo, Interval, MetricInfo, MetricName
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+    from tensorboardX.proto.event_pb2 import Event
     from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
 
     infos = []
@@ -248,9 +258,12 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
     content = HParamsPluginData(experiment=experiment, version=0).SerializeToString()
     summary = Summary(value=[Summary.Value(tag="_hparams_/experiment", metadata=SummaryMetadata(
         plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=content)))])
-    writer = SummaryWriter(os.fspath(folder), filename_suffix=".hparams")
+    # Written here, not by a SummaryWriter: its writer thread and exit hook would outlive
+    # a write that failed (a full disk) and print tracebacks when the process ends.
+    writer = EventsWriter(os.path.join(os.fspath(folder), "events"), ".hparams")
     try:
-        writer.file_writer.add_summary(summary)
+        writer.write_event(Event(summary=summary, wall_time=time.time()))
+        writer.flush()
     finally:
         writer.close()
 
@@ -478,7 +491,7 @@ class log_to_file:  # noqa: N801 - used as a context manager, like open()
         self._saved: list[tuple[logging.Handler, int]] = []
 
     def __enter__(self) -> "log_to_file":
-        self._handler = logging.FileHandler(self.path, encoding="utf-8")
+        self._handler = _LogFile(self.path, encoding="utf-8")
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         self._handler.setLevel(logging.INFO)
         for name in _QUIET_LOGGERS:
@@ -488,12 +501,18 @@ class log_to_file:  # noqa: N801 - used as a context manager, like open()
                     self._saved.append((h, h.level))
                     h.setLevel(logging.CRITICAL)
         logging.getLogger("ray").addHandler(self._handler)
+        _DISK_FULL_LOG.addHandler(self._handler)
         return self
 
     def __exit__(self, *exc) -> None:
         logging.getLogger("ray").removeHandler(self._handler)
+        _DISK_FULL_LOG.removeHandler(self._handler)
         if self._handler:
-            self._handler.close()
+            try:
+                self._handler.close()  # flushes: fails when tuner.log is on a full disk
+            except OSError as err:
+                if not _note_disk_full(err):
+                    raise
         for h, level in self._saved:
             h.setLevel(level)
 
@@ -501,3 +520,188 @@ class log_to_file:  # noqa: N801 - used as a context manager, like open()
 def tensorboard_hint(experiment_path: str | os.PathLike) -> str:
     """The command that shows the experiment's TensorBoard event files."""
     return f"tensorboard --logdir {experiment_path}"
+
+
+# --------------------------------------------------------------------------- a full disk
+
+# Tracebacks of writes that failed on a full disk: into tuner.log while a run holds it
+# (log_to_file), else nowhere; never to the console (the NullHandler keeps Python's
+# last-resort handler, which prints to stderr, away).
+_DISK_FULL_LOG = logging.getLogger("tuner.disk_full")
+_DISK_FULL_LOG.propagate = False
+_DISK_FULL_LOG.addHandler(logging.NullHandler())
+
+_previous_hooks: dict[str, Any] = {}
+_disk_full_seen = False  # in this process: leftover writers may fail again until it exits
+
+
+class DiskFullWatch:
+    """Notice a full disk wherever it surfaces in the driver while a run or resume lasts.
+
+    A full disk (``ENOSPC``, or ``EDQUOT`` for a used-up quota; :func:`tuner.files.disk_full`
+    tells) fails many writers at once: trials persisting checkpoints, Ray's experiment-state
+    sync, Ray's JSON/CSV/TensorBoard logger callbacks, tensorboardX's writer threads,
+    ``tuner.log`` and tuner's own files. While the watch is active:
+
+    * a thread that dies of a full disk (tensorboardX's event writers) and a full disk that
+      Python can only report as "unraisable" (a writer flushed at exit) are logged to
+      ``tuner.log`` when it can still be written, and dropped otherwise, instead of
+      printing a traceback on the console;
+    * ``tuner.log`` on the full disk drops its lines instead of printing
+      ``--- Logging error ---`` on the console;
+    * Ray's log records that carry a full disk's error (the experiment-state save), and
+      trials that failed of one (:class:`StopOnFullDisk`), are noted.
+
+    The first full disk noted is kept in :attr:`error` and :attr:`path`; the caller turns
+    it into one :class:`~tuner.errors.DiskFullError`. Every other error keeps Python's and
+    Ray's usual handling. The hooks are Python's ``threading.excepthook`` and
+    ``sys.unraisablehook``; once a full disk was seen they stay in place after the watch
+    (still only for full-disk errors), since writers left open on the full disk flush
+    again when the interpreter exits.
+
+    Attributes:
+        error: The first full disk's ``OSError``, or None.
+        path: The file (or folder) it could not write; None until an error names one.
+        what: What was written into ``path`` when it is a folder, else ``""``.
+    """
+
+    active: ClassVar["DiskFullWatch | None"] = None
+
+    def __init__(self):
+        self.error: OSError | None = None
+        self.path: str | None = None
+        self.what = ""
+        self._outer: DiskFullWatch | None = None
+
+    def __enter__(self) -> "DiskFullWatch":
+        self._outer, DiskFullWatch.active = DiskFullWatch.active, self
+        _install_hooks()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        DiskFullWatch.active = self._outer
+        if DiskFullWatch.active is None and not _disk_full_seen:
+            _uninstall_hooks()
+
+    def note(self, error: BaseException | None, path: str | os.PathLike | None = None, what: str = "") -> bool:
+        """Note ``error`` if it is a full disk's.
+
+        Args:
+            error: Any exception.
+            path: What could not be written, when the error does not name it.
+            what: Says what was written into ``path``, e.g. ``"a checkpoint of trial X into "``.
+
+        Returns:
+            Whether ``error`` is a full disk's.
+        """
+        full = disk_full(error)
+        if full is None:
+            return False
+        global _disk_full_seen
+        _disk_full_seen = True
+        if full.filename:
+            path, what = full.filename, ""
+        if self.error is None or (self.path is None and path):  # one that names its file is worth more
+            self.error, self.path, self.what = full, (os.fspath(path) if path else None), what
+        return True
+
+
+def _note_disk_full(error: BaseException | None) -> bool:
+    """Note a full disk on the active :class:`DiskFullWatch`; whether ``error`` is one."""
+    watch = DiskFullWatch.active
+    if watch is not None:
+        return watch.note(error)
+    return disk_full(error) is not None
+
+
+def _keep_off_console(error: BaseException | None, what: str) -> bool:
+    """Log a full disk's traceback to ``tuner.log`` only (if it can be written); whether it was one."""
+    if error is None or not _note_disk_full(error):
+        return False
+    _DISK_FULL_LOG.warning("the disk is full: %s failed", what,
+                           exc_info=(type(error), error, error.__traceback__))
+    return True
+
+
+def _thread_hook(args) -> None:
+    if (DiskFullWatch.active is not None or _disk_full_seen) and \
+            _keep_off_console(args.exc_value, f"thread {getattr(args.thread, 'name', '?')}"):
+        return
+    _previous_hooks["thread"](args)
+
+
+def _unraisable_hook(unraisable) -> None:
+    if (DiskFullWatch.active is not None or _disk_full_seen) and \
+            _keep_off_console(unraisable.exc_value, unraisable.err_msg or f"{unraisable.object!r}"):
+        return
+    _previous_hooks["unraisable"](unraisable)
+
+
+def _install_hooks() -> None:
+    if threading.excepthook is not _thread_hook:
+        _previous_hooks["thread"], threading.excepthook = threading.excepthook, _thread_hook
+    if sys.unraisablehook is not _unraisable_hook:
+        _previous_hooks["unraisable"], sys.unraisablehook = sys.unraisablehook, _unraisable_hook
+
+
+def _uninstall_hooks() -> None:
+    if threading.excepthook is _thread_hook:
+        threading.excepthook = _previous_hooks.pop("thread")
+    if sys.unraisablehook is _unraisable_hook:
+        sys.unraisablehook = _previous_hooks.pop("unraisable")
+
+
+class _LogFile(logging.FileHandler):
+    """``tuner.log``: notes the full disks in the records it gets; on a full disk itself,
+    drops its lines quietly instead of printing ``--- Logging error ---``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            _note_disk_full(record.exc_info[1])  # e.g. Ray's "Saving experiment state ... failed"
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        if not _note_disk_full(sys.exc_info()[1]):  # not named: the file that filled the disk matters more
+            super().handleError(record)
+
+
+class StopOnFullDisk(Callback):
+    """End the Tune run at once when the :class:`DiskFullWatch` has noticed a full disk.
+
+    It raises the full disk's error from Ray Tune's loop (the caller turns it into a
+    :class:`~tuner.errors.DiskFullError`). Unlike a stop, that skips the final save Ray
+    makes of the whole experiment, and that save would rewrite every file on the full
+    disk and could cut some short. The experiment keeps its last state saved before the
+    disk filled: finished trials finished, unfinished ones (the one that failed on the
+    full disk included) resumable from their latest checkpoints, and no further trial
+    starts only to fail on the same disk. A trial that failed of a full disk is noted
+    with its folder. Ray keeps this callback in the experiment (``tuner.pkl``), so a
+    resume has it too.
+    """
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        watch = DiskFullWatch.active
+        if watch is None:
+            return
+        if trial.pickled_error_file:
+            from ray import cloudpickle
+
+            try:
+                with open(trial.pickled_error_file, "rb") as f:
+                    error = cloudpickle.load(f)
+            except Exception:  # noqa: BLE001 - no readable error: nothing to tell
+                error = None
+            watch.note(error, trial.path, f"a checkpoint of trial {trial.trial_id} into ")
+        self._stop()
+
+    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
+        self._stop()
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        self._stop()
+
+    @staticmethod
+    def _stop() -> None:
+        watch = DiskFullWatch.active
+        if watch is not None and watch.error is not None:
+            raise watch.error
