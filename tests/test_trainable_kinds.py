@@ -226,3 +226,18 @@ def test_class_trainable_from_yaml_survives_a_killed_driver(tmp_path):
         assert rs[-1]["training_iteration"] == 6 and rs[-1]["step_no"] == 6, name
         assert all(r["step_no"] == r["training_iteration"] for r in rs), (name, [r["step_no"] for r in rs])
     assert any(r["restored_from"] > 0 for rs in trials.values() for r in rs), "a trial went on from a checkpoint"
+
+
+def test_class_refusal_through_the_cli_names_the_line(tmp_path):
+    """`tuner validate` of a YAML spec asking a class trainable for DDP workers: exit 2, the
+    field's file:line:col and why, nothing started."""
+    from tests.conftest import run_cli
+
+    spec_file = tmp_path / "ddp.yaml"
+    spec_file.write_text(CLASS_SPEC.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}"))
+    proc = run_cli("validate", spec_file, "--num-cpus", "2")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"tuner: error: {spec_file}:12:22: resources.workers: resources.workers makes each trial a "
+                           "DDP group of train-function processes, but Counter is a class trainable "
+                           "(ray.tune.Trainable), which runs as one process; use a train function (see tuner.trial) "
+                           "or drop resources.workers.\n")
