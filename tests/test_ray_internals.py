@@ -120,7 +120,9 @@ INTERNALS = [
     *(Internal(f"{module}.logger", "tuner/cluster.py: JOBS_CLIENT_LOGGERS (job_client quiets them)",
                attrs("setLevel")) for module in _tuner("tuner.cluster.JOBS_CLIENT_LOGGERS") if module != "ray"),
     # tuner/engine.py
-    Internal("ray.air._internal.usage.tag_callbacks", "tuner/engine.py: _lean_callback_usage_tag", params("callbacks")),
+    # tuner replaces tag_callbacks in the module once a run has started: read Ray's from the source file.
+    Internal("ray.air._internal.usage", "tuner/engine.py: _lean_callback_usage_tag (replaces tag_callbacks)",
+             source_has("def tag_callbacks(callbacks")),
     Internal("ray.air._internal.usage._count_callbacks", "tuner/engine.py: _lean_callback_usage_tag"),
     Internal("ray.air._internal.usage.record_extra_usage_tag", "tuner/engine.py: _lean_callback_usage_tag"),
     Internal("ray.air._internal.usage.TagKey.AIR_CALLBACKS", "tuner/engine.py: _lean_callback_usage_tag"),
