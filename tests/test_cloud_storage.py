@@ -141,25 +141,31 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path):
 
 
 def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path):
+    from tuner.storage import join, mirror_dir
+
     _, env, _ = s3
     spec = tmp_path / "cloud.yaml"
     spec.write_text(SPEC.replace("FAIL_DIR", str(tmp_path)))
     port = _free_port()  # nothing listens there (pyarrow retries for about 6 s)
     storage = f"s3://tuner-test/runs?endpoint_override=http://127.0.0.1:{port}&region=us-east-1"
-    proc = run_cli("validate", spec, "--storage", storage, env=env)
+    # A name of its own: the local mirror of s3://tuner-test/runs/unreachable is this test's alone.
+    mirror = mirror_dir(join(storage, "unreachable"))
+    assert str(mirror).startswith(env["TUNER_CACHE_DIR"])
+    proc = run_cli("run", spec, "--storage", storage, "--name", "unreachable", env=env)
     assert proc.returncode == 2
     first = proc.stderr.splitlines()[0]
-    assert first.startswith(f"tuner: error: {spec}: storage: cannot list s3://tuner-test/runs/cloud: ")
+    assert first.startswith(f"tuner: error: {spec}: storage: cannot list s3://tuner-test/runs/unreachable: ")
     assert "Could not connect to server" in first
     assert first.endswith("Check the URI and the credentials of this machine (AWS_* variables, "
                           "GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node needs them too.")
     assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
     # An option pyarrow does not know: its own words, before anything starts.
-    proc = run_cli("run", spec, "--storage", storage + "&request_timeout=1", env=env)
+    proc = run_cli("run", spec, "--storage", storage + "&request_timeout=1", "--name", "unreachable", env=env)
     assert proc.returncode == 2
-    assert ("storage: cannot open s3://tuner-test/runs/cloud: Unexpected query parameter in S3 URI: "
+    assert ("storage: cannot open s3://tuner-test/runs/unreachable: Unexpected query parameter in S3 URI: "
             "'request_timeout'.") in proc.stderr
-    assert not list(tmp_path.glob("**/tuner_run.json")) and not list(tmp_path.glob("**/.tuner.lock"))
+    # Nothing written: the run records, the lock and the mirror go under TUNER_CACHE_DIR.
+    assert not mirror.exists(), sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*"))
 
 
 @pytest.mark.slow

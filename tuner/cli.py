@@ -184,6 +184,10 @@ def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num
     _finish(result)
 
 
+#: The hidden `tuner jobs` command that a job sent by `tuner submit` runs for a spec from outside its working
+#: directory (tuner.cluster.submit_job).
+STAGE_COMMAND = "run-submitted-spec"
+
 _JOBS_ADDRESS = click.option("--address", type=str, default=None,
                               help="The head's dashboard, http://HEAD:8265 (default: RAY_ADDRESS).")
 
@@ -192,8 +196,10 @@ _JOBS_ADDRESS = click.option("--address", type=str, default=None,
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False, exists=True))
 @_JOBS_ADDRESS
 @click.option("--working-dir", type=click.Path(file_okay=False, exists=True), default=None,
-              help="Folder uploaded with the job; SPEC must lie inside it (default: the current folder).")
-@click.option("--pip", "pip", multiple=True, metavar="PACKAGE", help="A package the job installs. Repeatable.")
+              help="Folder uploaded with the job, its current folder there (default: the current folder). A SPEC "
+                   "outside it travels with the job too; relative paths in SPEC resolve against this folder.")
+@click.option("--pip", "pip", multiple=True, metavar="PACKAGE",
+              help="A package the job and its trials install (the job's runtime_env pip). Repeatable.")
 @click.option("--storage", type=str, default=None,
               help="Where results land: a folder every node shares, a file:// URI or a cloud URI "
                    "(s3://, gs://, ...; overrides spec.storage).")
@@ -210,9 +216,11 @@ def submit(spec_path, address, working_dir, pip, storage, name, num_samples, set
     if num_samples is not None:
         run_args += ["--num-samples", str(num_samples)]
     try:
-        _parse_sets(sets)
+        overrides = _parse_sets(sets)  # checked here as the job will apply them
+        if num_samples is not None:
+            overrides["num_samples"] = num_samples
         job_id, url = submit_job(spec_path, address, run_args=run_args, working_dir=working_dir, pip=list(pip),
-                                 storage=storage, name=name)
+                                 storage=storage, name=name, overrides=overrides)
     except SpecError as err:
         _bad_input(err)
     click.echo(f"Submitted job {job_id} to {url}")
@@ -276,6 +284,24 @@ def jobs_stop(job_id, address) -> None:
     """Stop a running job (its trials stop; `tuner resume` can go on later)."""
     stopped = _jobs_client(address).stop_job(job_id)
     click.echo(f"{job_id}: {'stop requested' if stopped else 'not running'}")
+
+
+@jobs.command(STAGE_COMMAND, hidden=True, context_settings={"ignore_unknown_options": True})
+@click.argument("job_spec")
+@click.argument("run_args", nargs=-1, type=click.UNPROCESSED)
+def jobs_run_submitted_spec(job_spec, run_args) -> None:
+    """In a job sent by `tuner submit`: write the spec that travelled in the job's runtime_env, then run it.
+
+    The spec came from outside the working directory (tuner.cluster.stage_submitted_spec);
+    RUN_ARGS are `tuner run`'s options.
+    """
+    from tuner.cluster import stage_submitted_spec
+
+    try:
+        stage_submitted_spec(job_spec)
+    except SpecError as err:
+        _bad_input(err)
+    cli.main(args=["run", job_spec, *run_args], prog_name="tuner", standalone_mode=False)
 
 
 @cli.command()

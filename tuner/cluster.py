@@ -80,7 +80,9 @@ def ray_session(
         python_path: Folders that the trial workers need on ``sys.path`` to import the
             train function (workers unpickle it by its module name); they are given
             to the workers through ``PYTHONPATH`` in the job's ``runtime_env``.
-        address: A running cluster to connect to instead of starting one.
+        address: A running cluster to connect to instead of starting one; ``auto``
+            is the one ``ray start`` last started on this machine, even when
+            ``RAY_ADDRESS`` names another.
 
     Yields:
         Ray's session folder when this call started Ray, else None.
@@ -96,15 +98,27 @@ def ray_session(
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     if address is not None:
         use_token_if_available()
-    context = ray.init(
-        address=address,
-        num_cpus=num_cpus,
-        num_gpus=num_gpus,
-        include_dashboard=False if address is None else None,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        runtime_env={"env_vars": env} if env else None,
-    )
+    elif os.environ.get("RAY_AUTH_MODE") == "":
+        # Ray takes an empty RAY_AUTH_MODE as set, to something else than "token", and starts
+        # the local Ray without authentication; empty means unset here, as for a cluster, so
+        # Ray's default holds: token authentication (with ~/.ray/auth_token, written if missing).
+        del os.environ["RAY_AUTH_MODE"]
+    # Ray resolves "auto" to RAY_ADDRESS whenever that is set; a caller that chose "auto"
+    # (--address auto, or the spec's when RAY_ADDRESS is unset) means this machine's cluster.
+    hidden = os.environ.pop("RAY_ADDRESS", None) if address == "auto" else None
+    try:
+        context = ray.init(
+            address=address,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            include_dashboard=False if address is None else None,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            runtime_env={"env_vars": env} if env else None,
+        )
+    finally:
+        if hidden is not None:
+            os.environ["RAY_ADDRESS"] = hidden
     try:
         yield context.address_info.get("session_dir")
     finally:
@@ -126,7 +140,14 @@ def link_ray_logs(session_dir: str | None, experiment_path: str | os.PathLike) -
 # --------------------------------------------------------------------------- Ray Jobs
 
 TERMINAL_JOB_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
+#: Ray's loggers that a Jobs API client (``tuner submit``, ``tuner jobs``) quiets to warnings: Ray's
+#: own, and its Jobs SDK modules, which set theirs to INFO.
+JOBS_CLIENT_LOGGERS = ("ray", "ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk")
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
+#: The job's environment variable that carries a submitted spec from outside the working directory.
+SUBMITTED_SPEC_ENV = "TUNER_SUBMITTED_SPEC"
+#: Where such a job writes that spec, under its working directory.
+SUBMITTED_SPEC_DIR = ".tuner_submitted"
 
 
 def _dashboard_url(address: str | None) -> str:
@@ -159,6 +180,10 @@ def job_client(address: str | None):
 
     url = _dashboard_url(address)
     use_token_if_available()
+    # Ray logs each packaging step and the end of a log stream at INFO on the console; keep
+    # the console to tuner's lines.
+    for logger in JOBS_CLIENT_LOGGERS:
+        logging.getLogger(logger).setLevel(logging.WARNING)
     try:
         return JobSubmissionClient(url)
     except Exception as err:  # noqa: BLE001 - Ray raises ConnectionError/RuntimeError with its own text
@@ -179,75 +204,81 @@ def submit_job(
     pip: list[str] | None = None,
     storage: str | None = None,
     name: str | None = None,
+    overrides: dict | None = None,
 ) -> tuple[str, str]:
     """Submit ``python -m tuner run SPEC`` to a Ray cluster as a Ray Job.
 
     The working directory (default: the current one; ``.gitignore``'d files stay
-    behind, as Ray does) is uploaded with the job in its ``runtime_env``, and the spec
-    must lie inside it. Results go to ``storage``, which must be a folder every node
-    shares (or a ``file://`` URI): the job's own working directory is temporary.
+    behind, as Ray does) is uploaded with the job in its ``runtime_env``, and becomes
+    the job's current directory on the head node. A spec inside it is read from there;
+    a spec outside it travels as text in the job's ``runtime_env`` (``env_vars``), and
+    the job writes it into its working directory before running it
+    (:func:`stage_submitted_spec`). Either way a relative ``path/to/file.py:function``
+    trainable resolves against the working directory, so its file must lie inside.
+    Results go to ``storage``, which must be a folder every node shares (or a
+    ``file://`` URI, or a cloud URI): the job's own working directory is temporary.
 
     Args:
-        spec_path: The spec, inside ``working_dir``.
+        spec_path: The spec.
         address: The head's dashboard, ``http://HEAD:8265``.
         run_args: Extra ``tuner run`` arguments (``--name``, ``--set`` ...).
         working_dir: The folder to upload.
-        pip: Packages the job's workers install (``runtime_env["pip"]``).
+        pip: Packages the job and its workers install (``runtime_env["pip"]``).
         storage: Overrides ``spec.storage``.
         name: Overrides ``spec.name``.
+        overrides: Spec keys that ``run_args`` override (``--set``, ``--num-samples``), so
+            that the spec is checked here as the job will run it.
 
     Returns:
         ``(submission_id, dashboard_url)``.
 
     Raises:
-        SpecError: If the spec is invalid, lies outside the working directory, its
-            storage is a relative path, or the cluster cannot be reached. Nothing is
-            submitted then.
+        SpecError: If the spec is invalid, its storage is a relative path, its
+            ``path/to/file.py`` trainable lies outside the working directory, or the
+            cluster cannot be reached. Nothing is submitted then.
     """
     import shlex
+    import time
     import uuid
 
+    from tuner.cli import STAGE_COMMAND
     from tuner.spec import SpecError, SpecIssue, load_spec
 
-    overrides = {k: v for k, v in {"storage": storage, "name": name}.items() if v is not None}
-    spec = load_spec(spec_path, **overrides)
+    spec = load_spec(spec_path, **{**(overrides or {}), "storage": storage, "name": name})
     workdir = Path(working_dir or os.getcwd()).resolve()
     if not workdir.is_dir():
         raise SpecError([SpecIssue("", f"--working-dir {workdir} is not a folder.")], "--working-dir")
-    spec_file = Path(spec_path).resolve()
-    try:
-        relative = spec_file.relative_to(workdir)
-    except ValueError:
-        raise SpecError([SpecIssue("", f"the spec {spec_file} lies outside the working directory {workdir}, so it "
-                                   "would not reach the cluster; put it inside, or pass --working-dir.")],
-                        str(spec_path)) from None
     if not spec.storage.lower().startswith("file://") and not spec.remote_storage \
             and not Path(spec.storage).expanduser().is_absolute():
         raise spec.error("storage", f"storage {spec.storage!r} is relative, so the results would land in the job's "
                          "temporary working directory on the head node; give --storage an absolute folder that "
                          "every node shares, a file:// URI or a cloud URI (s3://, gs://, ...).")
+    submission_id = f"tuner-{spec.name}-{uuid.uuid4().hex[:8]}"
+    spec_file = Path(spec_path).resolve()
+    runtime_env: dict = {"working_dir": str(workdir)}
+    if spec_file.is_relative_to(workdir):
+        job_spec = spec_file.relative_to(workdir).as_posix()
+        command = ["run", job_spec]
+    else:  # the spec travels as text and lands in the job's working directory
+        job_spec = f"{SUBMITTED_SPEC_DIR}/{submission_id}/{spec_file.name}"
+        runtime_env["env_vars"] = {SUBMITTED_SPEC_ENV: spec_file.read_text(encoding="utf-8")}
+        command = ["jobs", STAGE_COMMAND, job_spec]
+    _check_trainable_file_travels(spec, workdir, (workdir / job_spec).parent)
+    if pip:
+        runtime_env["pip"] = list(pip)
     client = job_client(address)
-    entry = ["python", "-m", "tuner", "run", relative.as_posix(), *run_args]
-    # Ray logs each packaging step at INFO on the console; keep the console to tuner's lines.
-    logging.getLogger("ray").setLevel(logging.WARNING)
-    logging.getLogger("ray.dashboard").setLevel(logging.WARNING)
+    entry = ["python", "-m", "tuner", *command, *run_args]
     if storage:
         entry += ["--storage", storage]
     if name:
         entry += ["--name", name]
-    runtime_env: dict = {"working_dir": str(workdir)}
-    if pip:
-        runtime_env["pip"] = list(pip)
-    submission_id = f"tuner-{spec.name}-{uuid.uuid4().hex[:8]}"
     # The tuner process (the Tune driver) runs on the head node: it needs little, and the
     # head is the node that surely sees the storage and serves the job's logs.
-    import time
-
     deadline = time.monotonic() + 60
     while True:
         try:
             job_id = client.submit_job(entrypoint=shlex.join(entry), runtime_env=runtime_env,
-                                       submission_id=submission_id, metadata={"tuner_spec": relative.as_posix()},
+                                       submission_id=submission_id, metadata={"tuner_spec": job_spec},
                                        entrypoint_resources={HEAD_RESOURCE: 0.001})
             break
         except RuntimeError as err:  # a head that has just started: its Jobs agent is not up yet
@@ -255,6 +286,54 @@ def submit_job(
                 raise
             time.sleep(2)
     return job_id, _dashboard_url(address)
+
+
+def _check_trainable_file_travels(spec, workdir: Path, spec_dir_in_job: Path) -> None:
+    """Refuse a relative ``path/to/file.py`` trainable that would not be in the job's working directory.
+
+    In the job, :func:`tuner.spec.resolve_trainable` looks for the file in the working
+    directory, then beside the spec (``spec_dir_in_job``, here). A module trainable, or an
+    absolute path (a shared folder, perhaps), is left to the cluster.
+    """
+    target = spec.trainable.rpartition(":")[0]
+    if not target.endswith(".py") or Path(target).is_absolute():
+        return
+    for folder in dict.fromkeys([workdir, spec_dir_in_job]):
+        file = (folder / target).resolve()
+        if file.is_file() and file.is_relative_to(workdir):
+            return
+    raise spec.error("trainable", f"the file {target!r} is not in the working directory {workdir} (relative paths "
+                     "resolve against it in the job), so it would not reach the cluster; move it there, or pass "
+                     "--working-dir.")
+
+
+def stage_submitted_spec(job_spec: str | os.PathLike) -> Path:
+    """In a job sent by :func:`submit_job`: write the spec that travelled in its runtime_env.
+
+    The spec came from outside the uploaded working directory as the text of
+    ``$TUNER_SUBMITTED_SPEC``; it is written to ``job_spec``, a path relative to the
+    job's working directory (the current one), so that it is read as a spec inside it.
+
+    Args:
+        job_spec: ``.tuner_submitted/<submission id>/<file name>``.
+
+    Returns:
+        The spec file.
+
+    Raises:
+        SpecError: Outside such a job (no ``$TUNER_SUBMITTED_SPEC``), or for a path
+            that leaves the working directory.
+    """
+    from tuner.spec import SpecError, SpecIssue
+
+    text = os.environ.get(SUBMITTED_SPEC_ENV)
+    target = (Path.cwd() / job_spec).resolve()
+    if text is None or not target.is_relative_to(Path.cwd().resolve() / SUBMITTED_SPEC_DIR):
+        raise SpecError([SpecIssue("", f"this command runs in a job sent by `tuner submit` only (it writes the "
+                                   f"spec of ${SUBMITTED_SPEC_ENV} under {SUBMITTED_SPEC_DIR}/).")], str(job_spec))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target
 
 
 def wait_for_job(address: str | None, job_id: str, *, follow: bool = False, echo=print,

@@ -1,0 +1,117 @@
+"""pyproject.toml declares every package that tuner/ imports, with a lower bound, and Ray's range."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import re
+import sys
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from tests.conftest import ROOT
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+#: Packages tuner needs although no tuner module imports them: another package imports them
+#: on tuner's behalf without requiring them.
+INDIRECT = {
+    "scikit-learn": "tuner/report.py: Optuna's FanovaImportanceEvaluator imports sklearn; Optuna does not require it",
+}
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared() -> dict[str, Requirement]:
+    """The project's dependencies, by normalized distribution name."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {_normalize(req.name): req for req in map(Requirement, project["dependencies"])}
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """``{dotted module: {tuner files}}`` of every import in tuner/*.py outside the standard library."""
+    found: dict[str, set[str]] = {}
+    for file in sorted((ROOT / "tuner").glob("*.py")):
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top != "tuner" and top not in sys.stdlib_module_names:
+                    found.setdefault(name, set()).add(f"tuner/{file.name}")
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _packages_distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _distributions(module: str) -> set[str]:
+    """The installed distributions that provide ``module`` (normalized names).
+
+    A top-level name that several distributions share (the ``google`` namespace) is
+    narrowed to those that ship the module's own subpackage (``google/protobuf``).
+    """
+    top = module.split(".")[0]
+    candidates = _packages_distributions().get(top, [])
+    if len(set(candidates)) > 1 and "." in module:
+        sub = "/".join(module.split(".")[:2]) + "/"
+        candidates = [d for d in candidates
+                      if any(str(f).startswith(sub) for f in importlib.metadata.files(d) or [])] or candidates
+    return {_normalize(d) for d in candidates}
+
+
+def _uncovered(imports: dict[str, set[str]], declared: dict[str, Requirement]) -> list[str]:
+    problems = []
+    for module, files in sorted(imports.items()):
+        dists = _distributions(module)
+        if not dists & set(declared):
+            problems.append(f"{module} (imported by {', '.join(sorted(files))}) comes from "
+                            f"{sorted(dists) or 'no installed distribution'}, which pyproject.toml does not declare")
+    return problems
+
+
+def test_every_package_tuner_imports_is_declared():
+    problems = _uncovered(_third_party_imports(), _declared())
+    assert not problems, "\n".join(problems)
+
+
+def test_packages_needed_indirectly_are_declared():
+    declared = _declared()
+    missing = [f"{name}: {why}" for name, why in INDIRECT.items() if _normalize(name) not in declared]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_import_check_catches_an_undeclared_package():
+    declared = {name: req for name, req in _declared().items() if name != "pyarrow"}
+    problems = _uncovered({"pyarrow.fs": {"tuner/storage.py"}, "google.protobuf.struct_pb2": {"tuner/reporting.py"}},
+                          declared)
+    assert len(problems) == 1 and problems[0].startswith("pyarrow.fs (imported by tuner/storage.py)"), problems
+
+
+def test_every_dependency_has_a_lower_bound_that_the_installed_version_meets():
+    for name, req in _declared().items():
+        assert any(spec.operator in (">=", "==", "~=") for spec in req.specifier), f"{req}: no lower bound"
+        installed = Version(importlib.metadata.version(req.name))
+        assert req.specifier.contains(installed, prereleases=True), f"{req}: the installed {installed} is outside"
+
+
+def test_ray_is_bound_to_the_minor_version_tuner_is_tested_with():
+    """tuner reaches into Ray's internals (tests/test_ray_internals.py): a new minor Ray must be tested first."""
+    ray = _declared()["ray"]
+    pins = {Requirement(line).name: Requirement(line) for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+    tested = Version(next(iter(pins["ray"].specifier)).version)
+    assert tested in ray.specifier
+    assert Version(f"{tested.major}.{tested.minor + 1}.0") not in ray.specifier, f"{ray}: no upper bound"
+    assert Version(f"{tested.major}.{tested.minor}.99") in ray.specifier
