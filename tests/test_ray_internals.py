@@ -168,6 +168,25 @@ INTERNALS = [
              _called(lambda cls: cls(cls.from_random().binary()), attrs("hex"))),
     Internal("ray.train.v2._internal.execution.storage.StorageContext",
              "tuner/trainable.py: _newest_checkpoint (Ray Train's checkpoint folder names)", _newest_checkpoint_finds),
+    # tuner/ray_internals.py (used by tuner/trainable.py)
+    Internal("ray.train._internal.session.get_session", "tuner/ray_internals.py: tune_session (the NaN guard)",
+             params()),
+    Internal("ray.train._internal.session._TrainSession.report",
+             "tuner/trainable.py: _guard_reports (wraps the session's report)", params("metrics", "checkpoint")),
+    Internal("ray.tune.trainable.trainable_fn_utils.report", "tuner/trainable.py: _guard_reports (ray.tune.report "
+             "goes through the session)", source_has("get_session().report(")),
+    Internal("ray.tune.trainable.function_trainable.wrap_function",
+             "tuner/trainable.py: _guard_reports (a returned dict goes through the session)",
+             source_has("get_session().report(output)")),
+    Internal("ray.tune.result.TRIAL_INFO", "tuner/ray_internals.py: trial_id_in_config", equals("__trial_info__")),
+    Internal("ray.tune.Trainable.__init__", "tuner/trainable.py: class_trainable (wraps setup via __init__)",
+             all_of(params("config", "storage"), source_has("self.config.pop(TRIAL_INFO", "self.setup("))),
+    Internal("ray.tune.Trainable.reset", "tuner/trainable.py: class_trainable (plain configs on reuse)",
+             all_of(params("new_config"), source_has("self.reset_config(new_config)"))),
+    Internal("ray.tune.Trainable.save_checkpoint", "tuner/spec.py: implements, check_trainable",
+             source_has("raise NotImplementedError")),
+    Internal("ray.tune.CheckpointConfig", "tuner/trainable.py: checkpoint_config (class trainables)",
+             params("num_to_keep", "checkpoint_frequency", "checkpoint_at_end")),
     # tuner/trial.py
     Internal("ray.tune.trainable.trainable_fn_utils._in_tune_session", "tuner/trial.py: in_tune", params()),
     # tuner/algorithms.py
