@@ -37,11 +37,10 @@ BASE_SPEC = ROOT / "search_spaces" / "mnist_asha.yaml"
 
 def run_one(scheduler: str, seed: int, trials: int, epochs: int, accuracy: float, storage: Path,
             limit_train: int | None) -> dict:
-    import yaml
-
     from tuner import tune_model
+    from tuner.spec import parse_yaml
 
-    spec = yaml.safe_load(BASE_SPEC.read_text())
+    spec, _ = parse_yaml(BASE_SPEC.read_text())  # tuner's reading: 5e-3 is a float (PyYAML alone: a string)
     name = f"mnist_{scheduler}_{seed}"
     log = storage / f"{name}.log"
     spec.update(name=name, trainable="benchmarks.workloads:mnist_logged", num_samples=trials, seed=seed,

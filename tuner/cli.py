@@ -66,7 +66,11 @@ def _parse_sets(sets: tuple[str, ...], storage=None, name=None, num_samples=None
     """
     from tuner.spec import Override, parse_set
 
-    options = [Override((key,), value, f"{flag} {value}") for key, flag, value in (
+    from tuner.storage import display
+
+    # A storage URI's query and user info (endpoints, keys) stay out of messages.
+    options = [Override((key,), value, f"{flag} {display(value) if key == 'storage' else value}")
+               for key, flag, value in (
         ("storage", "--storage", storage), ("name", "--name", name), ("num_samples", "--num-samples", num_samples))
         if value is not None]
     return [*(parse_set(item) for item in sets), *options]
@@ -216,11 +220,9 @@ def submit(spec_path, address, working_dir, pip, storage, name, num_samples, set
     if num_samples is not None:
         run_args += ["--num-samples", str(num_samples)]
     try:
-        overrides = _parse_sets(sets)  # checked here as the job will apply them
-        if num_samples is not None:
-            overrides["num_samples"] = num_samples
         job_id, url = submit_job(spec_path, address, run_args=run_args, working_dir=working_dir, pip=list(pip),
-                                 storage=storage, name=name, overrides=overrides)
+                                 storage=storage, name=name,
+                                 sets=_parse_sets(sets, storage, name, num_samples))  # checked as the job applies them
     except SpecError as err:
         _bad_input(err)
     click.echo(f"Submitted job {job_id} to {url}")

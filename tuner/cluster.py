@@ -11,7 +11,7 @@ import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import ray
 
@@ -204,7 +204,7 @@ def submit_job(
     pip: list[str] | None = None,
     storage: str | None = None,
     name: str | None = None,
-    overrides: dict | None = None,
+    sets: Iterable = (),
 ) -> tuple[str, str]:
     """Submit ``python -m tuner run SPEC`` to a Ray cluster as a Ray Job.
 
@@ -226,8 +226,9 @@ def submit_job(
         pip: Packages the job and its workers install (``runtime_env["pip"]``).
         storage: Overrides ``spec.storage``.
         name: Overrides ``spec.name``.
-        overrides: Spec keys that ``run_args`` override (``--set``, ``--num-samples``), so
-            that the spec is checked here as the job will run it.
+        sets: The :class:`~tuner.spec.Override` s that ``run_args``, ``storage`` and ``name``
+            give the job (``--set``, ``--num-samples``, ...), so that the spec is checked
+            here as the job will run it, and an error names the option.
 
     Returns:
         ``(submission_id, dashboard_url)``.
@@ -244,7 +245,7 @@ def submit_job(
     from tuner.cli import STAGE_COMMAND
     from tuner.spec import SpecError, SpecIssue, load_spec
 
-    spec = load_spec(spec_path, **{**(overrides or {}), "storage": storage, "name": name})
+    spec = load_spec(spec_path, sets=sets)
     workdir = Path(working_dir or os.getcwd()).resolve()
     if not workdir.is_dir():
         raise SpecError([SpecIssue("", f"--working-dir {workdir} is not a folder.")], "--working-dir")

@@ -1337,6 +1337,14 @@ def _line_col(text: str, offset: int | None) -> tuple[int | None, int | None]:
 _PATH_SKIP_TAGS = {"<dist>", "<nested>", "<const>"}
 
 
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
 def _issue_from_pydantic(err: dict, data: Any, marks: dict, origins: Mapping[tuple, str] | None = None) -> SpecIssue:
     """Convert one pydantic error into a SpecIssue with a field path and a position.
 
@@ -1400,6 +1408,9 @@ def _issue_from_pydantic(err: dict, data: Any, marks: dict, origins: Mapping[tup
             msg += f", but got a {type(value).__name__}." if etype.endswith("_type") else "."
         if isinstance(value, bool) and etype in ("int_type", "float_type"):
             msg = msg[:-1] + "; YAML reads yes, no, on, off, true and false as booleans, so write a number."
+        elif isinstance(value, str) and etype in ("int_type", "float_type") and _looks_numeric(value):
+            msg = msg[:-1] + ("; write the number unquoted (PyYAML's own safe_load also reads 1e-4 as a string: "
+                              "give tuner the file, or tuner.spec.parse_yaml's result).")
     if bad_key:
         msg = f"a key {msg}"
     dotted = ".".join(str(p) for p in (path[:-1] if bad_key else path))
@@ -1467,9 +1478,14 @@ def parse_set(item: str) -> Override:
         SpecError: Naming the ``--set`` item, for one without ``=``, a KEY with an empty
             part, or a VALUE that is not valid YAML (or past :func:`parse_yaml`'s bounds).
     """
-    origin = f"--set {item}"
     key, sep, raw = item.partition("=")
     parts = tuple(key.strip().split("."))
+    if parts == ("storage",):  # a URI's query and user info (endpoints, keys) stay out of messages
+        from tuner.storage import display
+
+        origin = f"--set {key}={display(raw.strip())}"
+    else:
+        origin = f"--set {item}"
     usage = "--set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5"
     if not sep:
         raise SpecError([SpecIssue("", f"{usage}, but this one has no '='.")], origin)
