@@ -39,7 +39,7 @@ reporting: {cli: {max_report_frequency: 1}}
 """
 
 PROGRESS = re.compile(r"^Progress: (\d+)/6 trials done \| (\d+)/600 s of time budget \| "
-                      r"(?:best loss=(\S+) \(trial (\S+)\)|no loss reported yet)$")
+                      r"(?:best trial (?P<trial>\S+), last loss=(?P<best>\S+)|no loss reported yet)$")
 
 
 @pytest.fixture(scope="module")
@@ -304,21 +304,21 @@ def test_progress_line_under_the_table(run):
     done = [int(m.group(1)) for _, m in progress]
     used = [int(m.group(2)) for _, m in progress]
     assert done == sorted(done) and used == sorted(used) and used[-1] <= summary(run)["wall_time_s"] + 2
-    best = [float(m.group(3)) for _, m in progress if m.group(3)]
+    best = [float(m.group("best")) for _, m in progress if m.group("best")]
     assert best and best == sorted(best, reverse=True), "the best so far only improves"
     assert best[-1] >= summary(run)["best"]["metrics"]["loss"] - 1e-6
 
 
 def test_no_progress_line_without_the_table(tmp_path):
     """reporting.cli.progress: false drops the line, not the table; cli: false drops both."""
-    from tuner.reporting import ProgressLine, build_callbacks
+    from tuner.reporting import ProgressLine, TableReporter, build_reporter
     from tuner.spec import load_spec
 
     base = yaml.safe_load(SPEC)
-    assert any(isinstance(c, ProgressLine) for c in build_callbacks(load_spec(base)))
-    for reporting in ({"cli": {"progress": False}}, {"cli": False}):
-        spec = load_spec({**base, "reporting": reporting})
-        assert not any(isinstance(c, ProgressLine) for c in build_callbacks(spec))
+    assert isinstance(build_reporter(load_spec(base)).progress, ProgressLine)
+    table_only = build_reporter(load_spec({**base, "reporting": {"cli": {"progress": False}}}))
+    assert isinstance(table_only, TableReporter) and table_only.progress is None
+    assert build_reporter(load_spec({**base, "reporting": {"cli": False}})) is None
 
 
 def test_tensorboard_scalars_and_hparams_match_results_csv(run):

@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from tuner.best import has_result, ranked
 from tuner.files import atomic_write, flatten
 from tuner.spec import Spec, SpecError, load_spec
 
@@ -67,15 +68,16 @@ class Experiment:
             ``summary.json``: killed, or a resume that did not finish).
         started: When the experiment started (``tuner_run.json``), ISO 8601, or None.
         summary: ``summary.json`` when it describes the experiment as it is now, else None.
-        trials: One row per trial, best first: ``trial_id``, ``status`` (Ray's; a trial
+        trials: One row per trial, best first (:mod:`tuner.best`): ``trial_id``, ``status`` (Ray's; a trial
             left RUNNING by a driver that is gone shows as UNFINISHED), ``iterations``,
             ``stopped_early`` (ended with fewer iterations than the longest trial),
             ``time_total_s``, ``config/<param>``, ``last_<metric>``, ``best_<metric>``
             and ``best`` (True for the best trial).
         history: One row per reported result: ``trial_id``, ``training_iteration``,
             ``time_total_s`` and every numeric metric.
-        best_trial: Id of the best trial: the best last value of the metric among the
-            trials that did not error, NaN and inf skipped (as ``summary.json``).
+        best_trial: Id of the best trial by :mod:`tuner.best`'s rule: the best last value
+            of the metric among the trials that did not error, NaN and inf skipped (as
+            ``summary.json``).
         params: The sampled parameters (``config/`` names without the prefix).
     """
 
@@ -347,11 +349,12 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     best_trial = None
     if metric and not trials.empty:
         col = f"last_{metric}"
-        ok = trials[(trials["status"] != "ERROR") & trials[col].map(lambda v: _numeric(v) and math.isfinite(v))]
-        if not ok.empty:
-            best_trial = ok.loc[ok[col].idxmin() if mode == "min" else ok[col].idxmax(), "trial_id"]
-        trials = trials.sort_values([col, "trial_id"], ascending=[mode == "min", True], na_position="last",
-                                    kind="stable")
+        # tuner.best's rule, as summary.json and results.csv: errored trials and trials
+        # without a finite value go last, and are never the best.
+        trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
+                                   status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"])]
+        if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
+            best_trial = trials["trial_id"].iloc[0]
     else:
         trials = trials.sort_values("trial_id", kind="stable") if not trials.empty else trials
     trials = trials.reset_index(drop=True)
@@ -795,7 +798,7 @@ def _plot_params(exp: Experiment):
 def _plot_parallel(exp: Experiment, top: int):
     if not exp.metric or not exp.params:
         return None
-    t = exp.trials[(exp.trials["status"] != "ERROR") & exp.trials[exp.last_col].map(_finite)].head(top)
+    t = exp.trials[[has_result(v, s) for v, s in zip(exp.trials[exp.last_col], exp.trials["status"])]].head(top)
     params = [p for p in exp.params if f"config/{p}" in t]
     if t.empty or not params:
         return None
