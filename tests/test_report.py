@@ -368,3 +368,27 @@ def test_tensorboard_scalars_and_hparams_match_results_csv(run):
     metrics = [m.name.tag for m in experiment.metric_infos]
     assert metrics[0] == "ray/tune/loss" and "ray/tune/epoch" in metrics and "ray/tune/done" not in metrics
     assert len(folders) == 6
+
+
+def test_report_leaves_out_a_trial_the_experiment_dropped(run, tmp_path):
+    """A trial folder the experiment state does not list: older than the state, it is a trial the
+    experiment dropped (`--restart-errored` starts an errored trial over as a new one) and is left out;
+    newer, it is a trial the state does not list yet, and is shown."""
+    import os
+
+    from tuner.report import load_experiment
+
+    exp = shutil.copytree(run.exp, tmp_path / "steady", symlinks=True)
+    trial = next(p for p in exp.iterdir() if (p / "result.json").is_file())
+    state_time = max(p.stat().st_mtime for p in exp.glob("experiment_state-*.json"))
+    for name, when in (("dropped", state_time - 60), ("new", state_time + 60)):
+        copy = shutil.copytree(trial, exp / f"steady_{name}_00009")
+        lines = (copy / "result.json").read_text().splitlines()
+        (copy / "result.json").write_text("".join(line.replace(json.loads(line)["trial_id"], f"{name}_00009") + "\n"
+                                                  for line in lines))
+        (copy / "error.txt").write_text("RuntimeError: it failed\n")
+        for f in copy.iterdir():
+            os.utime(f, (when, when))
+    report = load_experiment(exp)
+    assert "dropped_00009" not in set(report.trials["trial_id"])
+    assert "new_00009" in set(report.trials["trial_id"]) and len(report.trials) == 7

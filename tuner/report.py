@@ -213,6 +213,12 @@ def _results(file: Path) -> list[dict]:
     return rows
 
 
+def _last_write(folder: Path) -> float:
+    """The newest modification time of a trial folder's own files (0 when it has none)."""
+    times = [f.stat().st_mtime for f in folder.iterdir() if f.is_file()]
+    return max(times, default=0.0)
+
+
 def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -292,7 +298,12 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
 
     folders = _trial_folders(path)
     listed = _state_trials(state)
-    ids = [t["trial_id"] for t in listed] + [t for t in folders if t not in {s["trial_id"] for s in listed}]
+    known = {t["trial_id"] for t in listed}
+    # A folder the state does not list is a trial newer than the state, unless its files are
+    # older: then it is a trial the experiment dropped (`tuner resume --restart-errored`
+    # starts an errored trial over as a new trial, in a new folder).
+    ids = [t["trial_id"] for t in listed] + [t for t, folder in folders.items() if t not in known
+                                             and not (state is not None and _last_write(folder) < state_mtime)]
     by_id = {t["trial_id"]: t for t in listed}
     csv_status: dict[str, str] = {}
     if summary is not None and (path / "results.csv").is_file():
