@@ -68,8 +68,9 @@ class Experiment:
             ``summary.json``: killed, or a resume that did not finish).
         started: When the experiment started (``tuner_run.json``), ISO 8601, or None.
         summary: ``summary.json`` when it describes the experiment as it is now, else None.
-        trials: One row per trial, best first (:mod:`tuner.best`): ``trial_id``, ``status`` (Ray's; a trial
-            left RUNNING by a driver that is gone shows as UNFINISHED), ``iterations``,
+        trials: One row per trial, best first (:mod:`tuner.best`): ``trial_id``,
+            ``status`` (Ray's; a trial left RUNNING by a driver that is gone shows as
+            UNFINISHED), ``iterations``,
             ``stopped_early`` (ended with fewer iterations than the longest trial),
             ``time_total_s``, ``config/<param>``, ``last_<metric>``, ``best_<metric>``
             and ``best`` (True for the best trial).
@@ -363,7 +364,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         # tuner.best's rule, as summary.json and results.csv: errored trials and trials
         # without a finite value go last, and are never the best.
         trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
-                                   status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"])]
+                                   status=lambda i: trials.at[i, "status"],
+                                   trial_id=lambda i: trials.at[i, "trial_id"])]
         if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
             best_trial = trials["trial_id"].iloc[0]
     else:
