@@ -90,3 +90,97 @@ def test_hyperband_stops_trials_left_paused_in_a_finished_bracket():
     last.set_status(Trial.TERMINATED)  # its final result comes with done: on_trial_complete, not on_trial_result
     sched.on_trial_complete(controller, last, {"training_iteration": 9, "loss": 0.5, "done": True})
     assert [t.status for t in paused] == [Trial.TERMINATED] * len(paused)
+
+
+def readme_defaults(table: str) -> dict[str, dict[str, str]]:
+    """``{row name: {option: default text}}`` of the README's searcher or scheduler table (options
+    shown as ``name`` (default)); a row that says "as `other`" takes the other row's defaults."""
+    import re
+
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split(f"### {table}\n", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and (name := re.fullmatch(r"`(\w+)`( \(default\))?", cells[0])):
+            same = re.match(r"as `(\w+)`", cells[2])
+            rows[name.group(1)] = dict(rows[same.group(1)]) if same else dict(re.findall(r"`(\w+)` \(([^)]+)\)",
+                                                                                        cells[2]))
+    return rows
+
+
+def parse_default(text: str):
+    if text in ("true", "false"):
+        return text == "true"
+    if "/" in text:
+        a, b = text.split("/")
+        return float(a) / float(b)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _built_searcher(algo):
+    from tuner.space import to_ray_space
+
+    s = spec(search={"algorithm": algo}, param_space={"x": {"type": "uniform", "low": 0, "high": 1}})
+    searcher = build_searcher(s)
+    if algo == "bohb":  # TuneBOHB builds hpbandster's BOHB once it knows the space
+        searcher.set_search_properties("loss", "min", to_ray_space(s))
+        return searcher.bohber
+    return searcher
+
+
+# The attribute of the built Ray (or Optuna, hpbandster) object that holds each documented option.
+SEARCHER_OPTIONS = {
+    ("optuna", "n_startup_trials"): lambda s: s._sampler._n_startup_trials,
+    ("optuna", "multivariate"): lambda s: s._sampler._multivariate,
+    ("bohb", "top_n_percent"): lambda b: b.top_n_percent,
+    ("bohb", "num_samples"): lambda b: b.num_samples,
+    ("bohb", "random_fraction"): lambda b: b.random_fraction,
+    ("bohb", "bandwidth_factor"): lambda b: b.bw_factor,
+    ("bohb", "min_bandwidth"): lambda b: b.min_bandwidth,
+}
+SCHEDULER_OPTIONS = {
+    "time_attr": lambda s: s._time_attr,
+    "grace_period": lambda s: s._brackets[0]._rungs[-1][0] if hasattr(s, "_brackets") else s._grace_period,
+    "reduction_factor": lambda s: s._reduction_factor if hasattr(s, "_reduction_factor") else s._eta,
+    "brackets": lambda s: len(s._brackets),
+    "stop_last_trials": lambda s: s._stop_last_trials,
+    "min_samples_required": lambda s: s._min_samples_required,
+    "hard_stop": lambda s: s._hard_stop,
+}
+
+
+def test_every_documented_searcher_default_is_the_built_searchers():
+    documented = readme_defaults("Searchers")
+    assert set(documented) == {"random", "grid", "optuna", "bohb"}
+    checked = 0
+    for algo, options in documented.items():
+        for option, text in options.items():
+            assert (algo, option) in SEARCHER_OPTIONS, f"README documents {algo}'s {option} ({text}): check it here"
+            assert SEARCHER_OPTIONS[algo, option](_built_searcher(algo)) == pytest.approx(parse_default(text)), \
+                (algo, option)
+            checked += 1
+    assert checked == len(SEARCHER_OPTIONS), documented  # the table parsed
+
+
+def test_every_documented_scheduler_default_is_the_built_schedulers():
+    documented = readme_defaults("Schedulers")
+    assert set(documented) == {"fifo", "asha", "hyperband", "bohb", "median"}
+    checked = 0
+    for kind, options in documented.items():
+        search = {"algorithm": "bohb"} if kind == "bohb" else {"algorithm": "random"}
+        built = build_scheduler(spec(search=search, scheduler={"type": kind}))
+        for option, text in options.items():
+            assert option in SCHEDULER_OPTIONS, f"README documents {kind}'s {option} ({text}): check it here"
+            assert SCHEDULER_OPTIONS[option](built) == pytest.approx(parse_default(text)), (kind, option)
+            checked += 1
+    assert checked == 5 + 1 + 1 + 3, documented  # asha, hyperband, bohb (as hyperband), median: the table parsed
+    # "max_t defaults to stop.training_iteration, else 100"
+    assert build_scheduler(spec(scheduler={"type": "asha"}))._max_t == 100
+    assert build_scheduler(spec(scheduler={"type": "asha"}, stop={"training_iteration": 7}))._max_t == 7
+    assert build_scheduler(spec(scheduler={"type": "hyperband"}, stop={"training_iteration": 7}))._max_t_attr == 7

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, console_reports, run_cli
 
 TOY = """\
 name: toy
@@ -188,23 +188,82 @@ resources: {{cpu: 1}}
     assert proc.stderr == ""
 
 
-def test_errored_trials_exit_1(tmp_path):
+ELAPSED = re.compile(r"^Progress: (\d+)/6 trials done(?: \((\d+) errored\))? \| (\d+) s elapsed \| "
+                     r"(?:best trial (?P<trial>\S+), last loss=(?P<value>\S+)|no loss reported yet)$")
+
+
+def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path):
+    """Exit 1 naming the errored trials. On the console (the classic CLIReporter through a real
+    `tuner run`), the table's `Current best trial` and the progress line under it name the same
+    trial, never an errored one though errored trials have better last values (the rule of
+    summary.json), both label the value `last`, and the folder line is the experiment's, not
+    Ray's staging folder under /tmp/ray. Without time_budget_s the line shows the seconds elapsed."""
     spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:fails_for_large_x")
                  .replace("num_samples: 4", "num_samples: 6")
                  .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
                           "scheduler: {type: fifo}"))  # ASHA could stop the failing trials first
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs", env={"RAY_AIR_NEW_OUTPUT": "0"})
     assert proc.returncode == 1, proc.stderr
-    summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
+    exp = tmp_path / "runs" / "toy"
+    summary = json.loads((exp / "summary.json").read_text())
     errored = [e["trial_id"] for e in summary["errors"]]
     assert errored and summary["trials"]["by_status"]["ERROR"] == len(errored)
     for trial_id in errored:
         assert f"tuner: trial {trial_id} errored: ValueError: x too large" in proc.stderr
     assert f"tuner: {len(errored)} of 6 trials errored." in proc.stderr
 
+    reports = console_reports(proc.stdout)
+    assert reports and reports[-1]["rows"], proc.stdout[-3000:]
+    elapsed = []
+    for report in reports:
+        assert report["logdir"] == [] and report["folder"] == str(exp), report
+        line = ELAPSED.match(report["progress"] or "")
+        assert line, (report["progress"], proc.stdout[-3000:])
+        elapsed.append(int(line.group(3)))
+        if report["best"] is None:
+            assert line.group("trial") is None
+            continue
+        trial_id, metric, shown = report["best"]
+        assert (trial_id, metric, shown) == (line.group("trial"), "loss", line.group("value")), report
+        rows = report["rows"]
+        assert rows[trial_id]["status"] != "ERROR", report
+        finished = [float(r["loss"]) for r in rows.values() if r["status"] != "ERROR" and r["loss"]]
+        assert float(shown) == pytest.approx(min(finished), rel=1e-5)
+    assert elapsed == sorted(elapsed)
+    final = reports[-1]
+    best = summary["best"]
+    assert final["best"][0] == best["trial_id"]
+    assert float(final["best"][2]) == pytest.approx(best["metrics"]["loss"], rel=1e-5)
+    assert ELAPSED.match(final["progress"]).group(1, 2) == ("6", str(len(errored)))
+    errored_values = [float(r["loss"]) for r in final["rows"].values() if r["status"] == "ERROR"]
+    assert min(errored_values) < best["metrics"]["loss"], "an errored trial had a better last value (Ray's pick)"
 
+
+def test_file_path_trainable_runs_and_the_console_script_validates(ray_local, tmp_path):
+    """`path/to/file.py:function`, relative to the spec's folder, runs (the fast subset's share of the
+    slow test below); the `tuner` console script is installed and reads the spec."""
+    from tuner import tune_model
+
+    (tmp_path / "mytrain.py").write_text(
+        "from tuner import trial\n\ndef train(config):\n    trial.report({'loss': config['x']})\n")
+    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "mytrain.py:train"))
+    result = tune_model(spec, storage=str(tmp_path / "runs"), reporting={"cli": False})
+    assert len(result.dataframe) == 4 and set(result.dataframe["status"]) == {"TERMINATED"}
+    assert result.best_metrics["loss"] == pytest.approx(result.best_config["x"])
+    exe = shutil.which("tuner", path=str(Path(sys.executable).parent))
+    assert exe, "the tuner console script is installed"
+    import subprocess
+
+    proc = subprocess.run([exe, "validate", str(spec), "--num-cpus", "2"], cwd=tmp_path.parent, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"spec:       {spec} is valid" in proc.stdout and "trials:     4 (4 samples)" in proc.stdout
+
+
+@pytest.mark.slow
 def test_file_path_trainable_and_console_script(tmp_path):
-    """`path/to/file.py:function` works, relative to the spec's folder, through the `tuner` script."""
+    """`path/to/file.py:function` works, relative to the spec's folder, through the `tuner` script,
+    and a resume with more trials ships the file's module to the new trials' workers."""
     (tmp_path / "mytrain.py").write_text(
         "from tuner import trial\n\ndef train(config):\n    trial.report({'loss': config['x']})\n")
     spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "mytrain.py:train"))
@@ -228,7 +287,8 @@ def test_file_path_trainable_and_console_script(tmp_path):
 
 
 def test_ctrl_c_exits_130_with_partial_results(tmp_path):
-    """SIGINT (Ctrl-C) stops the run cleanly: exit 130, the results so far are written."""
+    """SIGINT (Ctrl-C) stops the run cleanly: exit 130, the results so far are written; `tuner list`
+    says interrupted."""
     import os
     import signal
     import subprocess
@@ -254,6 +314,9 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path):
     import pandas as pd
 
     assert (pd.read_csv(exp / "results.csv")["training_iteration"].fillna(0) < 200).all(), "stopped early"
+    listed = run_cli("list", tmp_path / "runs")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split()[:3] == ["toy", "interrupted", "4"]
 
 
 def test_first_trial_error_aborts_with_traceback(tmp_path):

@@ -26,6 +26,7 @@ def spec(tmp_path, **kw):
     return out
 
 
+@pytest.mark.slow
 def test_ddp_trial_with_two_gloo_workers(ray_local, tmp_path):
     result = tune_model(spec(tmp_path))
     m = result.best_metrics
@@ -39,6 +40,7 @@ def test_ddp_trial_with_two_gloo_workers(ray_local, tmp_path):
     assert result.best_checkpoint and "checkpoint" in result.best_checkpoint
 
 
+@pytest.mark.slow
 def test_ddp_worker_crash_resumes_from_checkpoint_on_all_ranks(ray_local, tmp_path):
     marker = tmp_path / "crashed-once"
     result = tune_model(spec(tmp_path, param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 0,

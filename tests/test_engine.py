@@ -202,6 +202,14 @@ def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_pat
         assert epochs == list(range(len(epochs))), f"no epoch repeated or skipped in {name}: {seen}"
 
 
+def test_amp_from_the_spec_reaches_the_trial(ray_local, tmp_path):
+    """amp: true turns trial.autocast() on inside the trial: bf16 on this CPU."""
+    result = tune_model(base(tmp_path, trainable="tests.trainables:amp_probe", num_samples=1, param_space={},
+                             amp=True))
+    m = result.best_metrics
+    assert (m["autocast"], m["autocast_dtype"], m["output_dtype"]) == (1.0, "torch.bfloat16", "torch.bfloat16")
+
+
 def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, tmp_path):
     import time
 

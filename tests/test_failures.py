@@ -1,4 +1,5 @@
-"""Experiment lock: one run per experiment folder, freed even when the holder is SIGKILLed."""
+"""Experiment lock: one run per experiment folder, freed even when the holder is SIGKILLed; a run or
+resume refused by it changes nothing. The first-error abort, fail_fast."""
 
 import os
 import signal
@@ -6,8 +7,10 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
+from tests.conftest import ROOT, run_cli
 from tuner.failures import ExperimentLock, ExperimentLocked
 
 HOLD = "import sys, time; from tuner.failures import ExperimentLock\n" \
@@ -41,3 +44,124 @@ def test_lock_is_reentrant_across_sequential_runs(tmp_path):
     with ExperimentLock(tmp_path):
         pass
     assert (tmp_path / ".tuner.lock").read_text() == str(os.getpid())
+
+
+# --------------------------------------------------------------------------- the lock on real runs
+
+STEADY = """\
+name: steady
+trainable: tests.trainables:steady
+metric: loss
+mode: min
+num_samples: 4
+seed: 0
+param_space:
+  x: {type: uniform, low: 0, high: 1}
+  epochs: 30
+  sleep: 0.3
+resources: {cpu: 1}
+reporting: {cli: false}
+"""
+
+
+def test_a_run_refused_by_the_lock_writes_nothing(tmp_path):
+    """Two runs that both passed the folder check: the one refused by the lock writes no spec.yaml or
+    tuner_run.json (it used to write both before taking the lock)."""
+    from tuner.engine import prepare, run_prepared
+
+    prepared = prepare({"name": "race", "trainable": "tests.trainables:quadratic", "storage": str(tmp_path)})
+    exp = tmp_path / "race"
+    with ExperimentLock(exp):  # the other run, which took the lock first (a second open file: flock conflicts)
+        with pytest.raises(ExperimentLocked, match=f"is in use by pid {os.getpid()}"):
+            run_prepared(prepared)
+        assert sorted(p.name for p in exp.iterdir()) == [".tuner.lock"]
+
+
+def start(*args):
+    return subprocess.Popen([sys.executable, "-m", "tuner", *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def results_in(exp):
+    return sum(max(0, len(p.read_text().splitlines()) - 1) for p in exp.glob("*/progress.csv"))
+
+
+@pytest.mark.slow
+def test_lock_refuses_a_resume_during_a_run_and_the_second_of_two_resumes(tmp_path):
+    spec = tmp_path / "steady.yaml"
+    spec.write_text(STEADY)
+    exp = tmp_path / "runs" / "steady"
+    run = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    try:
+        deadline = time.monotonic() + 120
+        while not (results_in(exp) >= 4 and list(exp.glob("experiment_state-*.json"))):
+            assert time.monotonic() < deadline and run.poll() is None, "the run did not get going"
+            time.sleep(0.3)
+        before = {name: (exp / name).read_bytes() for name in ("spec.yaml", "tuner_run.json")}
+        clash = run_cli("resume", exp, "--num-cpus", "2")
+        assert clash.returncode == 2, clash.stderr
+        assert clash.stderr == (f"tuner: error: the experiment folder {exp} is in use by pid {run.pid}; wait for "
+                                "that run to end (or stop it) and try again.\n")
+        assert {name: (exp / name).read_bytes() for name in before} == before, "the refused resume changed nothing"
+        assert run.poll() is None, "the run goes on"
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=120)
+        assert run.returncode == 130
+    finally:
+        run.kill()
+    assert results_in(exp) < 4 * 30, "interrupted with work left"
+
+    first, second = start("resume", exp, "--num-cpus", "2"), start("resume", exp, "--num-cpus", "2")
+    outs = {p.pid: p.communicate(timeout=300) for p in (first, second)}
+    codes = sorted((p.returncode, p.pid) for p in (first, second))
+    assert [c for c, _ in codes] == [0, 2], outs
+    (_, winner), (_, loser) = codes
+    assert outs[loser][1] == (f"tuner: error: the experiment folder {exp} is in use by pid {winner}; wait for that "
+                              "run to end (or stop it) and try again.\n")
+    df = pd.read_csv(exp / "results.csv")
+    assert len(df) == 4 and set(df["status"]) == {"TERMINATED"} and (df["epoch"] == 29).all()
+
+
+# --------------------------------------------------------------------------- first-error abort, fail_fast
+
+
+def spec(tmp_path, **kw):
+    return {"name": "t", "metric": "loss", "mode": "min", "resources": {"cpu": 1},
+            "reporting": {"cli": False, "tensorboard": False}, "storage": str(tmp_path), **kw}
+
+
+def test_nan_oom_and_a_dead_process_before_any_result_never_abort(ray_local, tmp_path):
+    """One trial at a time, the first three each fail before any trial reported a result: a NaN in the
+    first report, a CUDA out-of-memory without oom_backoff, a process that dies. None is a bug in the
+    train function, so the experiment goes on and the last two trials run."""
+    from tuner import tune_model
+
+    kinds = ["nan", "oom", "exit", "none", "none"]
+    result = tune_model(spec(tmp_path, trainable="tests.trainables:fails_first", max_concurrent_trials=1,
+                             param_space={"fail": {"type": "grid", "values": kinds}}))
+    assert result.aborted is None
+    df = result.dataframe.sort_values("trial_id")
+    assert list(df["config/fail"]) == kinds, "the trials ran in this order"
+    assert list(df["status"]) == ["ERROR"] * 3 + ["TERMINATED"] * 2
+    assert df["training_iteration"].iloc[:3].isna().all(), "the failing trials reported nothing"
+    assert list(df["training_iteration"].iloc[3:]) == [2, 2]
+    errors = {e["trial_id"]: e["error"] for e in result.summary["errors"]}
+    nan, oom, dead = (errors[t] for t in df["trial_id"].iloc[:3])
+    assert "NonFiniteMetricError" in nan
+    assert "OutOfMemoryError" in oom
+    assert "worker process has died" in dead, dead
+
+
+def test_fail_fast_stops_the_other_trials_at_the_first_error(ray_local, tmp_path):
+    """failure.fail_fast: the second trial errors after its first result; the first, running beside it,
+    is stopped long before its 50 epochs, and the two trials still waiting never start."""
+    from tuner import tune_model
+
+    result = tune_model(spec(tmp_path, trainable="tests.trainables:slow_unless_failing", failure={"fail_fast": True},
+                             param_space={"fail": {"type": "grid", "values": [False, True, False, False]},
+                                          "epochs": 50, "sleep": 0.2}))
+    df = result.dataframe.sort_values("trial_id").reset_index(drop=True)
+    assert list(df["config/fail"].iloc[:2]) == [False, True]
+    assert df.loc[1, "status"] == "ERROR" and result.num_errors == 1
+    assert df["training_iteration"].fillna(0).iloc[0] < 50, "the running trial was stopped"
+    assert df["training_iteration"].iloc[2:].isna().all(), "the waiting trials never ran"

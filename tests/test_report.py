@@ -39,7 +39,7 @@ reporting: {cli: {max_report_frequency: 1}}
 """
 
 PROGRESS = re.compile(r"^Progress: (\d+)/6 trials done \| (\d+)/600 s of time budget \| "
-                      r"(?:best loss=(\S+) \(trial (\S+)\)|no loss reported yet)$")
+                      r"(?:best trial (?P<trial>\S+), last loss=(?P<best>\S+)|no loss reported yet)$")
 
 
 @pytest.fixture(scope="module")
@@ -304,21 +304,21 @@ def test_progress_line_under_the_table(run):
     done = [int(m.group(1)) for _, m in progress]
     used = [int(m.group(2)) for _, m in progress]
     assert done == sorted(done) and used == sorted(used) and used[-1] <= summary(run)["wall_time_s"] + 2
-    best = [float(m.group(3)) for _, m in progress if m.group(3)]
+    best = [float(m.group("best")) for _, m in progress if m.group("best")]
     assert best and best == sorted(best, reverse=True), "the best so far only improves"
     assert best[-1] >= summary(run)["best"]["metrics"]["loss"] - 1e-6
 
 
 def test_no_progress_line_without_the_table(tmp_path):
     """reporting.cli.progress: false drops the line, not the table; cli: false drops both."""
-    from tuner.reporting import ProgressLine, build_callbacks
+    from tuner.reporting import ProgressLine, TableReporter, build_reporter
     from tuner.spec import load_spec
 
     base = yaml.safe_load(SPEC)
-    assert any(isinstance(c, ProgressLine) for c in build_callbacks(load_spec(base)))
-    for reporting in ({"cli": {"progress": False}}, {"cli": False}):
-        spec = load_spec({**base, "reporting": reporting})
-        assert not any(isinstance(c, ProgressLine) for c in build_callbacks(spec))
+    assert isinstance(build_reporter(load_spec(base)).progress, ProgressLine)
+    table_only = build_reporter(load_spec({**base, "reporting": {"cli": {"progress": False}}}))
+    assert isinstance(table_only, TableReporter) and table_only.progress is None
+    assert build_reporter(load_spec({**base, "reporting": {"cli": False}})) is None
 
 
 def test_tensorboard_scalars_and_hparams_match_results_csv(run):
@@ -368,3 +368,27 @@ def test_tensorboard_scalars_and_hparams_match_results_csv(run):
     metrics = [m.name.tag for m in experiment.metric_infos]
     assert metrics[0] == "ray/tune/loss" and "ray/tune/epoch" in metrics and "ray/tune/done" not in metrics
     assert len(folders) == 6
+
+
+def test_report_leaves_out_a_trial_the_experiment_dropped(run, tmp_path):
+    """A trial folder the experiment state does not list: older than the state, it is a trial the
+    experiment dropped (`--restart-errored` starts an errored trial over as a new one) and is left out;
+    newer, it is a trial the state does not list yet, and is shown."""
+    import os
+
+    from tuner.report import load_experiment
+
+    exp = shutil.copytree(run.exp, tmp_path / "steady", symlinks=True)
+    trial = next(p for p in exp.iterdir() if (p / "result.json").is_file())
+    state_time = max(p.stat().st_mtime for p in exp.glob("experiment_state-*.json"))
+    for name, when in (("dropped", state_time - 60), ("new", state_time + 60)):
+        copy = shutil.copytree(trial, exp / f"steady_{name}_00009")
+        lines = (copy / "result.json").read_text().splitlines()
+        (copy / "result.json").write_text("".join(line.replace(json.loads(line)["trial_id"], f"{name}_00009") + "\n"
+                                                  for line in lines))
+        (copy / "error.txt").write_text("RuntimeError: it failed\n")
+        for f in copy.iterdir():
+            os.utime(f, (when, when))
+    report = load_experiment(exp)
+    assert "dropped_00009" not in set(report.trials["trial_id"])
+    assert "new_00009" in set(report.trials["trial_id"]) and len(report.trials) == 7

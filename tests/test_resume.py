@@ -1,4 +1,7 @@
-"""Resume: real subprocesses and real signals, a truncated state, a changed spec."""
+"""Resume: real subprocesses and real signals, a truncated state, a changed spec.
+
+The tests that resume a run are marked slow (`-m "not slow"` skips them, as the README says);
+the refusals, which start no run of their own or refuse before Ray starts, stay in the fast subset."""
 
 import json
 import signal
@@ -68,6 +71,7 @@ def test_sigkill_the_driver_repeatedly_then_resume(tmp_path):
         assert max(epochs) == 5 and len(set(epochs)) == 6
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_experiment_reruns_nothing(tmp_path):
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
@@ -93,6 +97,7 @@ def test_resume_refuses_a_changed_spec(tmp_path):
                            "start a new experiment with `tuner run --name NEW`.\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("search", ["random", "grid", "optuna"])
 def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(tmp_path, search):
     body = (SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
@@ -127,6 +132,7 @@ def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(tmp_path, sea
                                "changes, or start a new experiment with `tuner run --name NEW`.\n")
 
 
+@pytest.mark.slow
 def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
     body = (SPEC.replace("num_samples: 6", "num_samples: 8").replace("epochs: 6", "epochs: 3")
             .replace("sleep: 0.4", "sleep: 0.5") + "time_budget_s: 4\nmax_concurrent_trials: 1\n")
@@ -156,13 +162,27 @@ def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
         assert epochs == sorted(epochs) and max(epochs) == 2
 
 
+def test_resume_refuses_a_truncated_state_without_a_snapshot(tmp_path):
+    """A resume never silently starts over: an unreadable state and no snapshot is refused, before Ray starts."""
+    exp = tmp_path / "runs" / "steady"
+    exp.mkdir(parents=True)
+    (exp / "spec.yaml").write_text(SPEC)
+    (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
+    (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{\"trial_data\": [")
+    proc = run_cli("resume", exp, "--num-cpus", "2")
+    assert proc.returncode == 2
+    assert ("the experiment state experiment_state-2026-01-01_00-00-00.json is truncated or unreadable and no "
+            "earlier snapshot exists") in proc.stderr
+
+
 def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):
     proc = run_cli("resume", tmp_path)
     assert proc.returncode == 2
     assert "is not a tuner experiment folder" in proc.stderr
 
 
-def test_truncated_state_falls_back_to_the_snapshot_or_fails_loudly(tmp_path):
+@pytest.mark.slow
+def test_truncated_state_falls_back_to_the_snapshot(tmp_path):
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
                     .replace("sleep: 0.4", "sleep: 0"))
@@ -174,32 +194,113 @@ def test_truncated_state_falls_back_to_the_snapshot_or_fails_loudly(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "the newest experiment state was unreadable; resumed from the snapshot" in proc.stdout
     assert (exp / (state.name + ".corrupt")).exists()
-    # Without a snapshot, the resume is refused instead of starting over.
-    import shutil
+    # Without a snapshot the resume is refused: test_resume_refuses_a_truncated_state_without_a_snapshot.
 
-    shutil.rmtree(exp / ".tuner_state")
-    state = sorted(exp.glob("experiment_state-*.json"))[-1]
-    state.write_text("{\"trial_data\": [")
-    proc = run_cli("resume", exp, "--num-cpus", "2")
-    assert proc.returncode == 2
-    assert f"the experiment state {state.name} is truncated or unreadable and no earlier snapshot exists" in proc.stderr
+
+def observations(exp):
+    """What the experiment's saved searcher has learnt, as a Counter of (key, step, value) (Optuna:
+    each trial's reported values by iteration; BOHB: each result its model holds, by budget)."""
+    from collections import Counter
+
+    from ray import cloudpickle
+
+    newest = max(exp.glob("searcher-state-*.pkl"), key=lambda p: p.stat().st_mtime)
+    state = cloudpickle.loads(newest.read_bytes())
+    if "_ot_study" in state:  # OptunaSearch
+        return Counter((t.number, step, round(v, 9)) for t in state["_ot_study"].trials
+                       for step, v in t.intermediate_values.items())
+    bohb = state["bohber"]  # TuneBOHB: hpbandster's BOHB config generator
+    return Counter((tuple(round(float(v), 9) for v in config), budget, round(loss, 9)) for budget in bohb.losses
+                   for config, loss in zip(bohb.configs[budget], bohb.losses[budget]))
+
+
+def reported(exp):
+    """Every loss the trials reported so far (rounded), from their result.json files."""
+    return {round(json.loads(line)["loss"], 9) for p in exp.glob("*/result.json")
+            for line in p.read_text().splitlines()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("search,scheduler", [("optuna", "asha"), ("bohb", "bohb")])
 def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler):
-    """Ctrl-C mid-run, then resume: the searcher carries on to exactly num_samples trials."""
+    """Ctrl-C mid-run, then resume: the searcher carries on to exactly num_samples trials, from what it
+    had learnt: what the resumed session saved includes every observation it held at the interrupt
+    (the pre-resume trials' results). (BOHB learns at the rungs of Hyperband brackets only, so it
+    may learn nothing new after the resume here.)"""
     body = SPEC + f"search: {{algorithm: {search}}}\nscheduler: {{type: {scheduler}, max_t: 6}}\n"
     spec = tmp_path / "s.yaml"
     spec.write_text(body)
     exp = tmp_path / "runs" / "steady"
     proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    # Not later: once BOHB's first bracket is processed, Ray 2.60's TuneBOHB may forget a trial
+    # that ends up PAUSED, and the resume fails with a KeyError in TuneBOHB.to_wrapper.
     wait_for_progress(exp, 5)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode == 130
+    learnt = observations(exp)
+    assert learnt, "the searcher had learnt something before the interrupt"
+    assert {value for _, _, value in learnt} <= reported(exp), "what it learnt are the trials' results"
+    resumed_at = time.time()
     done = run_cli("resume", exp, "--num-cpus", "2", timeout=300)
     assert done.returncode == 0, done.stderr
     df = pd.read_csv(exp / "results.csv")
     assert len(df) == 6 and df["trial_id"].is_unique
     assert set(df["status"]) == {"TERMINATED"}
+    assert max(p.stat().st_mtime for p in exp.glob("searcher-state-*.pkl")) > resumed_at, "saved by the resume"
+    after = observations(exp)
+    assert not learnt - after, "the resumed searcher went on from what it had learnt"
+
+
+ERRORS = """\
+name: errs
+trainable: tests.trainables:fails_per_attempt
+metric: loss
+mode: min
+param_space:
+  x: {{type: grid, values: [0.2, 0.9]}}
+  epochs: 5
+  fail_at: [2, 3]
+  fail_dir: {fail_dir}
+resources: {{cpu: 1}}
+reporting: {{cli: false}}
+"""
+
+
+@pytest.mark.slow
+def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(tmp_path):
+    """The trial with x = 0.9 errors at epoch 2 in the run; `--resume-errored` continues it from its
+    checkpoint (it starts at epoch 2, then errors at epoch 3); `--restart-errored` starts it over
+    at epoch 0 and it ends. The trial that ended well never runs again."""
+    spec = tmp_path / "errs.yaml"
+    spec.write_text(ERRORS.format(fail_dir=tmp_path))
+    exp = tmp_path / "runs" / "errs"
+
+    def attempts(x):  # (attempt, start epoch, epochs reported) of the trial with this x, from its results
+        rows = [json.loads(line) for d in exp.glob("fails_per_attempt_*")  # a restarted trial gets a new folder
+                if json.loads((d / "params.json").read_text())["x"] == x
+                for line in (d / "result.json").read_text().splitlines()]
+        out = {}
+        for r in sorted(rows, key=lambda r: r["attempt"]):
+            out.setdefault((r["attempt"], r["start"]), []).append(r["epoch"])
+        return [(a, s, e) for (a, s), e in out.items()]
+
+    run = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    assert run.returncode == 1, run.stderr
+    assert attempts(0.9) == [(0, 0, [0, 1])]
+    ok = attempts(0.2)
+    assert ok == [(0, 0, [0, 1, 2, 3, 4])]
+
+    again = run_cli("resume", exp, "--resume-errored", "--num-cpus", "2")
+    assert again.returncode == 1, again.stderr
+    assert attempts(0.9) == [(0, 0, [0, 1]), (1, 2, [2])], "continued from the checkpoint of epoch 1"
+
+    over = run_cli("resume", exp, "--restart-errored", "--num-cpus", "2")
+    assert over.returncode == 0, over.stderr
+    assert attempts(0.9) == [(0, 0, [0, 1]), (1, 2, [2]), (2, 0, [0, 1, 2, 3, 4])], "started over at epoch 0"
+    assert attempts(0.2) == ok, "the finished trial was not rerun"
+    df = pd.read_csv(exp / "results.csv")
+    assert len(df) == 2 and set(df["status"]) == {"TERMINATED"} and (df["epoch"] == 4).all()
+    # Ray starts the errored trial over as a new trial: `tuner report`/`list` leave the old one out.
+    listed = run_cli("list", tmp_path / "runs")
+    assert listed.stdout.splitlines()[1].split()[:3] == ["errs", "finished", "2"], listed.stdout

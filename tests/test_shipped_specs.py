@@ -20,6 +20,7 @@ def test_main_job_reaches_095(tmp_path):
     s = summary(tmp_path / "mnist-asha")
     assert s["trials"] == {"total": 16, "by_status": {"TERMINATED": 16}}
     assert s["best"]["metrics"]["val_accuracy"] >= 0.95
+    assert_best_is_the_tables_best_row(tmp_path / "mnist-asha", s)
     assert f"Best trial {s['best']['trial_id']}: val_accuracy=" in proc.stdout
 
 
@@ -30,9 +31,30 @@ def test_each_searcher_spec_runs(tmp_path, name):
                    "--set", "param_space.limit_train=400", "--set", "param_space.limit_val=200",
                    "--set", "param_space.epochs=2", timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
-    s = summary(next(tmp_path.iterdir()))
+    exp = next(tmp_path.iterdir())
+    s = summary(exp)
     assert s["trials"]["by_status"] == {"TERMINATED": s["trials"]["total"]}
-    assert s["best"] is not None
+    assert_best_is_the_tables_best_row(exp, s)
+    assert 0.2 < s["best"]["metrics"]["val_accuracy"] <= 1, "well above chance (0.1) after 2 epochs on 400 digits"
+    assert 0 < s["best"]["metrics"]["val_loss"] < 2.3, "below the loss of a uniform guess, ln 10"
+
+
+def assert_best_is_the_tables_best_row(exp, s):
+    """summary.json's and best_config.yaml's best trial is results.csv's first row, whose val_accuracy is
+    the highest; its config and metrics are that row's."""
+    import pandas as pd
+    import yaml
+
+    table = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    row = table.iloc[0]
+    best = s["best"]
+    assert row["trial_id"] == best["trial_id"]
+    assert row["val_accuracy"] == table["val_accuracy"].max() == pytest.approx(best["metrics"]["val_accuracy"])
+    assert row["val_loss"] == pytest.approx(best["metrics"]["val_loss"])
+    assert row["training_iteration"] == best["metrics"]["training_iteration"]
+    for key, value in best["config"].items():
+        assert row[f"config/{key}"] == (pytest.approx(value) if isinstance(value, float) else value), key
+    assert yaml.safe_load((exp / "best_config.yaml").read_text()) == best["config"]
 
 
 def test_cifar_tutorial_on_a_generated_folder(tmp_path):

@@ -341,3 +341,58 @@ def bulky(config):
                      checkpoint_dir=folder)
         if folder is not None:
             shutil.rmtree(folder)  # persisted by the report; don't fill the worker's /tmp
+
+
+def fails_first(config):
+    """Fails before its first result as config['fail'] says: ``nan`` (NaN in the first report), ``oom``
+    (a simulated CUDA out-of-memory, no oom_backoff), ``exit`` (the process dies); ``none`` reports twice."""
+    import torch
+
+    kind = config["fail"]
+    if kind == "nan":
+        trial.report({"loss": float("nan")})
+    elif kind == "oom":
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated) before the first report")
+    elif kind == "exit":
+        os._exit(1)
+    for i in range(2):
+        trial.report({"loss": float(i)})
+
+
+def slow_unless_failing(config):
+    """Reports every config['sleep'] s for config['epochs'] epochs; with config['fail'], raises after its
+    first report."""
+    import time
+
+    for i in range(int(config["epochs"])):
+        trial.report({"loss": config.get("x", 0.0) + 1.0 / (i + 1)})
+        if config.get("fail"):
+            raise RuntimeError("this trial fails on purpose")
+        time.sleep(config.get("sleep", 0.2))
+
+
+def amp_probe(config):
+    """Reports whether trial.autocast() turned autocast on, its dtype, and a Linear layer's output dtype."""
+    import torch
+
+    kind = trial.device().type
+    with trial.autocast():
+        on = torch.is_autocast_enabled(kind)
+        dtype = str(torch.get_autocast_dtype(kind)) if on else ""
+        out = torch.nn.Linear(4, 2)(torch.ones(1, 4))
+    trial.report({"loss": 0.0, "autocast": float(on), "autocast_dtype": dtype, "output_dtype": str(out.dtype)})
+
+
+def fails_per_attempt(config):
+    """Checkpoints every epoch and resumes; when config['x'] > 0.5, its k-th attempt (counted by marker
+    files in config['fail_dir']) raises at epoch config['fail_at'][k]. Each result carries the attempt
+    and the epoch the attempt started at."""
+    start = _start_epoch()
+    prefix = os.path.join(config["fail_dir"], f"failed-{config['x']!r}-")
+    attempt = sum(os.path.exists(f"{prefix}{k}") for k in range(len(config["fail_at"])))
+    for epoch in range(start, int(config["epochs"])):
+        if config["x"] > 0.5 and attempt < len(config["fail_at"]) and epoch == config["fail_at"][attempt]:
+            open(f"{prefix}{attempt}", "w").close()
+            raise RuntimeError(f"attempt {attempt} fails at epoch {epoch}")
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start, "attempt": attempt},
+                     checkpoint_dir=_epoch_checkpoint(epoch))

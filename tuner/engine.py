@@ -518,16 +518,16 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         import shutil
 
         shutil.rmtree(path)  # a stale mirror: the cloud folder was checked to be empty
-    path.mkdir(parents=True, exist_ok=True)
-    save_run_record(prepared)
-    if prepared.remote:
-        from tuner.storage import upload
-
-        upload(path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
     abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
                               metric=spec.metric, mode=spec.mode)
+    # The lock first (it creates the folder): a second process refused by it writes nothing.
     with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
+        save_run_record(prepared)
+        if prepared.remote:
+            from tuner.storage import upload
+
+            upload(path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
         if session_dir is None:
             _ship_user_packages(prepared)
         cluster = cluster_resources(prepared.address)
@@ -716,7 +716,11 @@ _RESUME_FIXED = ("trainable", "metric", "mode", "param_space", "search", "schedu
 
 
 def save_run_record(prepared: Prepared) -> None:
-    """Write ``spec.yaml`` (the spec as run) and ``tuner_run.json`` into the experiment folder."""
+    """Write ``spec.yaml`` (the spec as run) and ``tuner_run.json`` into the experiment folder.
+
+    Called with the experiment's :class:`~tuner.failures.ExperimentLock` held, so that a
+    run or resume refused by the lock changes nothing.
+    """
     import json
 
     import yaml

@@ -180,11 +180,29 @@ def _is_user_bug(trial) -> bool:
     NaN metrics, out-of-memory and dead processes or nodes depend on the sampled config
     or on the machine, so they never abort the experiment.
     """
+    if _process_died(trial):
+        return False
     try:
         text = Path(trial.error_file).read_text(encoding="utf-8", errors="replace") if trial.error_file else ""
     except OSError:
         text = ""
     return not any(name in text for name in _NOT_BUGS)
+
+
+def _process_died(trial) -> bool:
+    """Whether the trial's process died (Ray's ``RayActorError``, e.g. ``os._exit`` or a kill).
+
+    Read from the pickled error Ray keeps beside ``error.txt``: Ray 2.60's text for a
+    dead process ("The actor died unexpectedly ...") names no exception class.
+    """
+    from ray import cloudpickle
+    from ray.exceptions import RayActorError
+
+    try:
+        with open(trial.pickled_error_file, "rb") as f:
+            return isinstance(cloudpickle.load(f), RayActorError)
+    except Exception:  # noqa: BLE001 - no pickle, or a user exception class the driver cannot import
+        return False
 
 
 class PlacementGroupReleaser(Callback):

@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from tuner.best import has_result, ranked
 from tuner.files import atomic_write, flatten
 from tuner.spec import Spec, SpecError, load_spec
 
@@ -67,15 +68,17 @@ class Experiment:
             ``summary.json``: killed, or a resume that did not finish).
         started: When the experiment started (``tuner_run.json``), ISO 8601, or None.
         summary: ``summary.json`` when it describes the experiment as it is now, else None.
-        trials: One row per trial, best first: ``trial_id``, ``status`` (Ray's; a trial
-            left RUNNING by a driver that is gone shows as UNFINISHED), ``iterations``,
+        trials: One row per trial, best first (:mod:`tuner.best`): ``trial_id``,
+            ``status`` (Ray's; a trial left RUNNING by a driver that is gone shows as
+            UNFINISHED), ``iterations``,
             ``stopped_early`` (ended with fewer iterations than the longest trial),
             ``time_total_s``, ``config/<param>``, ``last_<metric>``, ``best_<metric>``
             and ``best`` (True for the best trial).
         history: One row per reported result: ``trial_id``, ``training_iteration``,
             ``time_total_s`` and every numeric metric.
-        best_trial: Id of the best trial: the best last value of the metric among the
-            trials that did not error, NaN and inf skipped (as ``summary.json``).
+        best_trial: Id of the best trial by :mod:`tuner.best`'s rule: the best last value
+            of the metric among the trials that did not error, NaN and inf skipped (as
+            ``summary.json``).
         params: The sampled parameters (``config/`` names without the prefix).
     """
 
@@ -211,6 +214,12 @@ def _results(file: Path) -> list[dict]:
     return rows
 
 
+def _last_write(folder: Path) -> float:
+    """The newest modification time of a trial folder's own files (0 when it has none)."""
+    times = [f.stat().st_mtime for f in folder.iterdir() if f.is_file()]
+    return max(times, default=0.0)
+
+
 def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -290,7 +299,12 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
 
     folders = _trial_folders(path)
     listed = _state_trials(state)
-    ids = [t["trial_id"] for t in listed] + [t for t in folders if t not in {s["trial_id"] for s in listed}]
+    known = {t["trial_id"] for t in listed}
+    # A folder the state does not list is a trial newer than the state, unless its files are
+    # older: then it is a trial the experiment dropped (`tuner resume --restart-errored`
+    # starts an errored trial over as a new trial, in a new folder).
+    ids = [t["trial_id"] for t in listed] + [t for t, folder in folders.items() if t not in known
+                                             and not (state is not None and _last_write(folder) < state_mtime)]
     by_id = {t["trial_id"]: t for t in listed}
     csv_status: dict[str, str] = {}
     if summary is not None and (path / "results.csv").is_file():
@@ -347,11 +361,13 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     best_trial = None
     if metric and not trials.empty:
         col = f"last_{metric}"
-        ok = trials[(trials["status"] != "ERROR") & trials[col].map(lambda v: _numeric(v) and math.isfinite(v))]
-        if not ok.empty:
-            best_trial = ok.loc[ok[col].idxmin() if mode == "min" else ok[col].idxmax(), "trial_id"]
-        trials = trials.sort_values([col, "trial_id"], ascending=[mode == "min", True], na_position="last",
-                                    kind="stable")
+        # tuner.best's rule, as summary.json and results.csv: errored trials and trials
+        # without a finite value go last, and are never the best.
+        trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
+                                   status=lambda i: trials.at[i, "status"],
+                                   trial_id=lambda i: trials.at[i, "trial_id"])]
+        if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
+            best_trial = trials["trial_id"].iloc[0]
     else:
         trials = trials.sort_values("trial_id", kind="stable") if not trials.empty else trials
     trials = trials.reset_index(drop=True)
@@ -795,7 +811,7 @@ def _plot_params(exp: Experiment):
 def _plot_parallel(exp: Experiment, top: int):
     if not exp.metric or not exp.params:
         return None
-    t = exp.trials[(exp.trials["status"] != "ERROR") & exp.trials[exp.last_col].map(_finite)].head(top)
+    t = exp.trials[[has_result(v, s) for v, s in zip(exp.trials[exp.last_col], exp.trials["status"])]].head(top)
     params = [p for p in exp.params if f"config/{p}" in t]
     if t.empty or not params:
         return None

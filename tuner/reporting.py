@@ -14,7 +14,9 @@
   then TensorBoard builds the summary from the sessions.
 * W&B and MLflow (optional extras) are Ray's own ``WandbLoggerCallback`` and
   ``MLflowLoggerCallback``. API keys and tokens come only from the environment.
-* :class:`ProgressLine`: one overall progress line under the table, as often as the table.
+* :class:`TableReporter`: the table's best trial follows :mod:`tuner.best` (as
+  ``summary.json``), its folder line names the experiment folder, and
+  :class:`ProgressLine` sums up the run in one line under each table.
 * A full disk: :class:`DiskFullWatch` notices it wherever it surfaces in the driver and
   keeps its tracebacks (writer threads, Ray's logger callbacks, ``tuner.log`` itself) off
   the console; :class:`StopOnFullDisk` then ends the Tune run at once.
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 import threading
@@ -35,12 +36,14 @@ from typing import Any, ClassVar
 from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
+from tuner.best import best as best_of, metric_value
 from tuner.files import disk_full, flatten
 from tuner.space import iter_params, plain, sampled_params
 from tuner.spec import Spec
 
 __all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint",
-           "ProgressLine", "progress_line", "HParamsTBXCallback", "DiskFullWatch", "StopOnFullDisk"]
+           "TableReporter", "ProgressLine", "progress_line", "best_trial", "last_value", "HParamsTBXCallback",
+           "DiskFullWatch", "StopOnFullDisk"]
 
 _QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray.data")
 
@@ -61,13 +64,15 @@ def prepare_console() -> None:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
 
 
-def build_reporter(spec: Spec) -> CLIReporter | None:
+def build_reporter(spec: Spec) -> "TableReporter | None":
     """Build the CLIReporter whose columns are the sampled parameters and the metrics.
 
     Returns:
-        A ``CLIReporter`` with ``parameter_columns`` = the varied parameters and
-        ``metric_columns`` = ``reporting.cli.metric_columns`` (default: the metric and
-        ``training_iteration``), or None when ``reporting.cli`` is false.
+        A :class:`TableReporter` (Ray's ``CLIReporter``) with ``parameter_columns`` = the
+        varied parameters and ``metric_columns`` = ``reporting.cli.metric_columns``
+        (default: the metric and ``training_iteration``), printing the progress line under
+        each table unless ``reporting.cli.progress`` is false; or None when
+        ``reporting.cli`` is false.
     """
     cli = spec.reporting.cli
     if not cli.enabled:
@@ -75,13 +80,95 @@ def build_reporter(spec: Spec) -> CLIReporter | None:
     names = list(cli.metric_columns or ([spec.metric] if spec.metric else []))
     columns = {name: name for name in names}
     columns.setdefault("training_iteration", "iter")
-    return CLIReporter(
+    location = None
+    if spec.remote_storage:
+        from tuner.storage import display, join
+
+        location = display(join(spec.storage, spec.name))
+    return TableReporter(
         metric_columns=columns,
         parameter_columns=sampled_params(spec),
         max_report_frequency=cli.max_report_frequency,
         # Not sort_by_metric: Ray 2.60 then compares None with None and crashes when a
         # TERMINATED trial never reported the metric (e.g. after a first-trial abort).
+        progress=ProgressLine(spec.metric, spec.mode, spec.time_budget_s) if cli.progress else None,
+        location=location,
     )
+
+
+class TableReporter(CLIReporter):
+    """Ray's classic ``CLIReporter`` table, with tuner's best trial, folder and progress line.
+
+    * ``Current best trial``: chosen by :mod:`tuner.best`'s rule, as ``summary.json``
+      (Ray's own pick includes errored trials), and its value labelled ``last``: it is
+      the trial's last reported value, which may go down as well as up while it runs.
+    * Ray's ``Result logdir`` line names its staging folder under ``/tmp/ray``; here it
+      is ``Experiment folder: <storage>/<name>``, where the results are.
+    * The progress line (:class:`ProgressLine`) right under each table, from the same
+      trials, so both name the same best trial.
+
+    Args:
+        progress: The progress line, or None for the table alone.
+        location: The experiment's cloud URI, for display; None for a local folder
+            (then read from the trials).
+        **kwargs: Ray's ``CLIReporter`` arguments.
+    """
+
+    _LOGDIR = "Result logdir: "
+    _BEST = "Current best trial: "
+
+    def __init__(self, *, progress: "ProgressLine | None" = None, location: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.progress = progress
+        self.location = location
+
+    def setup(self, *args, **kwargs) -> None:
+        """Ray's setup at the start of each session (a run or a resume); the line's clock starts."""
+        super().setup(*args, **kwargs)
+        if self.progress is not None:
+            self.progress.start()  # a resumed run counts its own seconds
+
+    def _current_best_trial(self, trials: list):
+        metric = self._metric
+        if not metric or not trials:
+            return None, metric
+        return best_trial(trials, metric, self._mode), metric
+
+    def _folder(self, trials: list) -> str:
+        if self.location:
+            return self.location
+        return trials[0].storage.experiment_fs_path
+
+    def _progress_str(self, trials: list, done: bool, *sys_info: str, fmt: str = "psql", delim: str = "\n"):
+        text = super()._progress_str(trials, done, *sys_info, fmt=fmt, delim=delim)
+        lines, folder_shown = [], False
+        for line in text.split(delim):
+            if line.startswith(self._LOGDIR):
+                if not folder_shown:
+                    lines.append(f"Experiment folder: {self._folder(trials)}")
+                    folder_shown = True
+                continue
+            if line.startswith(self._BEST):
+                line = self._best_line(line, trials)
+            lines.append(line)
+        return delim.join(lines)
+
+    def _best_line(self, line: str, trials: list) -> str:
+        """Ray's ``Current best trial`` line with the value as ``last <metric>=<value>``."""
+        from ray.tune.utils import unflattened_lookup
+
+        trial, metric = self._current_best_trial(trials)
+        if trial is None:
+            return line
+        value = unflattened_lookup(metric, trial.last_result, default=None)
+        return line.replace(f" with {metric}={value} and ", f" with {last_value(metric, value)} and ", 1)
+
+    def report(self, trials: list, done: bool, *sys_info: str) -> None:
+        """Print the table and, right under it, the progress line for the same trials."""
+        text = self._progress_str(trials, done, *sys_info)
+        if self.progress is not None and trials:
+            text += self.progress.line(trials, self._total_samples or 0)
+        self._print(text)
 
 
 def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None) -> list:
@@ -89,8 +176,8 @@ def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None
 
     JSON and CSV logs always; TensorBoard with the HParams dashboard when
     ``reporting.tensorboard``; W&B and MLflow when configured (their packages are
-    checked before by :func:`tuner.spec.check_extras`); the progress line when the
-    table is on and ``reporting.cli.progress``.
+    checked before by :func:`tuner.spec.check_extras`). (The progress line is printed
+    by the table's reporter, :func:`build_reporter`.)
 
     Args:
         spec: The spec that runs.
@@ -115,8 +202,6 @@ def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None
         callbacks.append(_integration_class("MLflowCallback")(
             tracking_uri=m.tracking_uri, experiment_name=m.experiment_name or spec.name, tags=m.tags,
             save_artifact=m.save_artifact))
-    if rep.cli.enabled and rep.cli.progress:
-        callbacks.append(ProgressLine(spec.metric, spec.mode, spec.time_budget_s, rep.cli.max_report_frequency))
     return callbacks
 
 
@@ -383,8 +468,8 @@ def progress_line(done: int, total: int, errored: int = 0, used_s: float | None 
                   best_trial: str | None = None) -> str:
     """The overall progress in one line.
 
-    Example: ``Progress: 12/32 trials done | 310/900 s of time budget | best
-    val_accuracy=0.9712 (trial abc_00003)``.
+    Example: ``Progress: 12/32 trials done | 310/900 s of time budget | best trial
+    abc_00003, last val_accuracy=0.9712``.
 
     Args:
         done: Trials that ended (TERMINATED or ERROR).
@@ -393,75 +478,77 @@ def progress_line(done: int, total: int, errored: int = 0, used_s: float | None 
         used_s: Seconds of the time budget used (or run so far, without a budget).
         budget_s: The time budget, or None.
         metric: The spec's metric, or None.
-        best: The best value of ``metric`` so far, or None.
-        best_trial: The trial that reported it.
+        best: The last value of ``metric`` of the best trial so far, or None.
+        best_trial: The best trial's id.
     """
     parts = [f"{done}/{total} trials done" + (f" ({errored} errored)" if errored else "")]
     if used_s is not None:
         parts.append(f"{used_s:.0f}/{budget_s:g} s of time budget" if budget_s else f"{used_s:.0f} s elapsed")
     if metric:
-        parts.append(f"best {metric}={best:.6g} (trial {best_trial})" if best is not None
+        parts.append(f"best trial {best_trial}, {last_value(metric, best)}" if best is not None
                      else f"no {metric} reported yet")
     return "Progress: " + " | ".join(parts)
 
 
-class ProgressLine(Callback):
-    """Print one line of overall progress every ``period_s`` seconds, under the table.
+def last_value(metric: str, value: Any) -> str:
+    """``last <metric>=<value>``: how the console shows the best trial's value (its last reported)."""
+    shown = f"{value:.6g}" if isinstance(value, float) else value
+    return f"last {metric}={shown}"
+
+
+def best_trial(trials: list, metric: str | None, mode: str | None):
+    """The best of Ray ``Trial`` objects so far, by :mod:`tuner.best`'s rule (their last results).
+
+    Returns:
+        The trial, or None (no metric, or no trial with a finite last value that did not error).
+    """
+    if not metric:
+        return None
+    return best_of(trials, mode, value=lambda t: metric_value(t.last_result, metric),
+                     status=lambda t: t.status, trial_id=lambda t: t.trial_id)
+
+
+class ProgressLine:
+    """One line of overall progress, printed by :class:`TableReporter` under each table.
 
     Trials done / total, the time budget used (summed over a run and its resumes, as
-    the :class:`~tuner.failures.ExperimentStopper` counts it) or the time elapsed, and
-    the best metric so far. The line is printed at the start of a Tune step, just
-    after the CLIReporter prints its table at the end of the previous one, so it never
-    lands inside a table. The first line comes one period after the start.
+    the :class:`~tuner.failures.ExperimentStopper` counts it) or the seconds elapsed in
+    this session, and the best trial so far with its last value (:func:`best_trial`, the
+    same trial as the table's ``Current best trial``).
 
     Args:
         metric: The spec's metric, or None.
         mode: ``min`` or ``max``.
         time_budget_s: The spec's time budget, or None (a resume reads the current one
             from ``tuner_run.json``).
-        period_s: Seconds between two lines (``reporting.cli.max_report_frequency``).
     """
 
-    def __init__(self, metric: str | None, mode: str | None, time_budget_s: float | None, period_s: float):
+    def __init__(self, metric: str | None, mode: str | None, time_budget_s: float | None):
         self.metric = metric
         self.mode = mode
         self.time_budget_s = time_budget_s
-        self.period_s = period_s
-        self._total = 0
-        self._started = self._last = time.monotonic()
+        self._started = time.monotonic()
 
-    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
-        self._total = int(total_num_samples or 0)
-        self._started = self._last = time.monotonic()
+    def start(self) -> None:
+        """Start counting the seconds elapsed (at the start of each session)."""
+        self._started = time.monotonic()
 
-    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
-        now = time.monotonic()
-        if now - self._last < self.period_s or not trials:
-            return
-        self._last = now
-        print(self.line(trials), flush=True)
-
-    def line(self, trials: list) -> str:
-        """The progress line for these trials (Ray ``Trial`` objects)."""
+    def line(self, trials: list, total: int = 0) -> str:
+        """The progress line for these trials (Ray ``Trial`` objects), of ``total`` trials to run."""
         statuses = [str(t.status) for t in trials]
         done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
-        best = best_id = None
-        if self.metric:
-            for trial, status in zip(trials, statuses):
-                value = (trial.last_result or {}).get(self.metric)
-                if status == "ERROR" or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    continue
-                if best is None or (value < best if self.mode == "min" else value > best):
-                    best, best_id = value, trial.trial_id
+        top = best_trial(trials, self.metric, self.mode)
+        value = metric_value(top.last_result, self.metric) if top is not None else None
         used, budget = self._budget(trials)
-        return progress_line(done, max(self._total, len(trials)), statuses.count("ERROR"), used, budget,
-                             self.metric, best, best_id)
+        return progress_line(done, max(total, len(trials)), statuses.count("ERROR"), used, budget,
+                             self.metric, value, top.trial_id if top is not None else None)
 
     def _budget(self, trials: list) -> tuple[float, float | None]:
         elapsed = time.monotonic() - self._started
-        path = Path(trials[0].path).parent if trials[0].path else None  # the experiment folder
+        storage = getattr(trials[0], "storage", None)
+        path = Path(storage.experiment_fs_path) if storage is not None else None  # the experiment folder
         budget = self.time_budget_s
-        if path is None:
+        if path is None or not path.is_dir():
             return elapsed, budget
         try:
             budget = json.loads((path / "tuner_run.json").read_text()).get("time_budget_s", budget)
@@ -473,9 +560,6 @@ class ProgressLine(Callback):
 
         used = time_budget_used(path)
         return (elapsed if used is None else used), budget
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_total": 0}
 
 
 class log_to_file:  # noqa: N801 - used as a context manager, like open()

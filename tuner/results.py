@@ -6,7 +6,8 @@ Files written into the experiment folder ``<storage>/<name>/``:
   ``metrics``), ``trials`` (``total``, ``by_status`` keyed by Ray's trial statuses),
   ``errors`` (one entry per errored trial) and ``wall_time_s``.
 * ``best_config.yaml``: the best trial's config, plain YAML.
-* ``results.csv``: one row per trial: ``trial_id``, ``status``, ``config/<param>``
+* ``results.csv``: one row per trial, best first (:mod:`tuner.best`: errored trials and
+  trials without a finite value last): ``trial_id``, ``status``, ``config/<param>``
   (nested names joined by ``/``), then the last reported metrics.
 """
 
@@ -25,6 +26,7 @@ import yaml
 from ray.tune import ResultGrid
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from tuner.best import ERROR, best as best_of, metric_value, ranked
 from tuner.files import atomic_write, flatten  # atomic_write re-exported: tuner.results.atomic_write
 from tuner.space import plain
 from tuner.spec import Spec
@@ -195,10 +197,10 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
             aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / "error.txt", result.error),
                        "path": where(result.path)}
             aborted_error = result.error
+    if spec.metric:  # best first; errored trials and trials without a finite value last
+        rows = ranked(rows, spec.mode, value=lambda r: r.get(spec.metric), status=lambda r: r["status"],
+                      trial_id=lambda r: r["trial_id"])
     frame = pd.DataFrame(rows)
-    if not frame.empty and spec.metric in frame.columns:
-        frame = frame.sort_values(spec.metric, ascending=spec.mode == "min", na_position="last", kind="stable")
-    frame = frame.reset_index(drop=True)
 
     best_config = best_metrics = best_ckpt = best_id = None
     best = _best(spec, grid, statuses)
@@ -241,22 +243,17 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
 
 
 def _best(spec: Spec, grid: ResultGrid, statuses: list[str]):
-    """The best trial by the last reported value of the metric.
+    """The best trial's ``ray.tune.Result`` by :mod:`tuner.best`'s rule, or None.
 
     Like Ray's ``ResultGrid.get_best_result(scope="last", filter_nan_and_inf=True)``,
     but a trial that ended in ERROR is never the best: its last value is not a result.
     """
     if not spec.metric:
         return None
-    candidates = []
-    for result, status in zip(grid, statuses):
-        value = (result.metrics or {}).get(spec.metric)
-        if status != "ERROR" and result.error is None and isinstance(value, (int, float)) and math.isfinite(value):
-            candidates.append((value, result))
-    if not candidates:
-        return None
-    pick = min if spec.mode == "min" else max
-    return pick(candidates, key=lambda c: c[0])[1]
+    pick = best_of(zip(grid, statuses), spec.mode, value=lambda c: metric_value(c[0].metrics, spec.metric),
+                   status=lambda c: ERROR if c[0].error is not None else c[1],
+                   trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name)
+    return None if pick is None else pick[0]
 
 
 def best_line(spec: Spec, result: TuneResult) -> str:

@@ -1,0 +1,116 @@
+"""One best-trial rule (tuner.best) for summary.json, results.csv, `tuner report` and the console:
+errored trials and trials without a finite value are never the best and sort after every trial
+with a result; `tuner list` names finished-with-errors and aborted experiments."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tuner import tune_model
+from tuner.best import best, has_result, ranked
+from tuner.errors import TunerError
+from tuner.report import load_experiment, render
+
+TRIALS = [  # (trial_id, status, last value)
+    ("a_00004", "TERMINATED", 0.30),
+    ("a_00001", "ERROR", 0.01),  # the best value, but it errored
+    ("a_00002", "RUNNING", 0.20),
+    ("a_00003", "TERMINATED", math.nan),
+    ("a_00000", "TERMINATED", 0.20),  # ties with a_00002: the smaller id wins
+    ("a_00005", "TERMINATED", math.inf),
+    ("a_00006", "PENDING", None),
+    ("a_00007", "TERMINATED", True),  # a bool is not a metric value
+    ("a_00008", "TERMINATED", np.float32(0.25)),
+]
+
+
+def pick(rows, mode):
+    return best(rows, mode, value=lambda r: r[2], status=lambda r: r[1], trial_id=lambda r: r[0])
+
+
+def test_the_rule_skips_errors_and_non_finite_values_and_breaks_ties_by_id():
+    order = ranked(TRIALS, "min", value=lambda r: r[2], status=lambda r: r[1], trial_id=lambda r: r[0])
+    assert [r[0] for r in order] == ["a_00000", "a_00002", "a_00008", "a_00004",
+                                     "a_00001", "a_00003", "a_00005", "a_00006", "a_00007"]
+    assert pick(TRIALS, "min")[0] == "a_00000"
+    assert pick(TRIALS, "max")[0] == "a_00004"
+    assert pick([r for r in TRIALS if not has_result(r[2], r[1])], "max") is None
+    assert pick([], "min") is None
+
+
+def test_the_rule_is_written_once_and_report_stays_ray_free():
+    """results.py, report.py and reporting.py import tuner.best; tuner.best and tuner.report import no Ray."""
+    code = "import sys, tuner.best, tuner.report; print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    for module in ("results", "report", "reporting"):
+        assert "from tuner.best import" in (ROOT / "tuner" / f"{module}.py").read_text(), module
+
+
+def base(storage, name, **kw):
+    return {"name": name, "trainable": "tests.trainables:fails_for_large_x", "metric": "loss", "mode": "min",
+            "num_samples": 8, "seed": 0, "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}},
+            "resources": {"cpu": 1}, "reporting": {"cli": False, "tensorboard": False}, "storage": str(storage),
+            **kw}
+
+
+@pytest.fixture(scope="module")
+def errored(ray_local, tmp_path_factory):
+    """Trials with x > 0.5 report loss x (in (0.5, 1]) once and error; the others end at x + 2 (>= 2)."""
+    storage = tmp_path_factory.mktemp("best") / "runs"
+    result = tune_model(base(storage, "errored"))
+    return storage, result
+
+
+def test_errored_trials_sort_after_every_trial_with_a_result(errored):
+    storage, result = errored
+    exp = storage / "errored"
+    frame = result.dataframe
+    failed = frame["status"] == "ERROR"
+    assert failed.any() and (~failed).any()
+    assert frame.loc[failed, "loss"].max() < frame.loc[~failed, "loss"].min(), \
+        "the errored trials' last values are the better ones (the case the rule is for)"
+    csv = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    for table in (frame, csv):
+        n = int((~failed).sum())
+        assert (table["status"].iloc[:n] != "ERROR").all() and (table["status"].iloc[n:] == "ERROR").all()
+        assert table["loss"].iloc[:n].is_monotonic_increasing
+        assert table["trial_id"].iloc[0] == result.best_trial_id
+    assert list(csv["trial_id"]) == list(frame["trial_id"])
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["best"]["trial_id"] == result.best_trial_id
+    assert summary["best"]["metrics"]["loss"] == frame.loc[~failed, "loss"].min()
+
+    report = load_experiment(exp)
+    assert list(report.trials["trial_id"]) == list(csv["trial_id"]), "tuner report lists them in the same order"
+    assert report.best_trial == result.best_trial_id
+    lines = render(report).splitlines()
+    header = next(i for i, line in enumerate(lines) if "trial_id" in line)
+    rows = [line.split() for line in lines[header + 1:]]
+    assert rows[0][:2] == ["*", result.best_trial_id]
+    assert [r[0] for r in rows[1:]] == list(csv["trial_id"].iloc[1:])
+    assert [r[1] for r in rows[1:]] == list(csv["status"].iloc[1:])
+
+
+def test_list_names_finished_with_errors_and_aborted(errored):
+    """`tuner list`: an experiment whose trials errored, and one stopped by the first trial's bug."""
+    storage, result = errored
+    try:
+        aborted = tune_model(base(storage, "aborted", trainable="tests.trainables:typo", max_concurrent_trials=1))
+    except TunerError as err:  # tune_model may raise for the first-trial abort; the files are written
+        aborted = getattr(err, "result", None)
+    assert json.loads((storage / "aborted" / "summary.json").read_text())["aborted"], aborted
+    proc = run_cli("list", storage)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:]}
+    errors = result.num_errors
+    assert rows["errored"].split()[1:5] == ["finished", "with", "errors", "8"]
+    assert f"8 ({errors} errored)" in rows["errored"]
+    assert f"loss={result.best_metrics['loss']:.6g}" in rows["errored"]
+    assert rows["aborted"].split()[1] == "aborted", rows["aborted"]

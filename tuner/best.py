@@ -1,0 +1,101 @@
+"""The best-trial rule, written once: ``summary.json``, ``results.csv``, ``tuner report`` and the console use it.
+
+The best trial is the best by the last reported value of the metric among the trials
+that did not error; NaN, inf and values that are not numbers are skipped. Between two
+equal values the trial with the smaller id wins (ids count up as trials are created).
+
+Trials are ranked the same way, best first: the trials with a result (not errored, a
+finite value) by their value, then every other trial (errored, or without a finite
+value) by id.
+
+Pure Python, no Ray import: ``tuner report`` reads experiment folders without Ray.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+__all__ = ["ERROR", "metric_value", "has_result", "rank_key", "ranked", "best"]
+
+ERROR = "ERROR"  # Ray Tune's status of a trial that errored
+
+T = TypeVar("T")
+
+
+def metric_value(result: Mapping[str, Any] | None, metric: str) -> Any:
+    """The metric in one reported result, or None.
+
+    Args:
+        result: A trial's result (Ray's ``last_result``, a ``result.json`` line, a row).
+        metric: The metric's name; ``a/b`` also finds ``{"a": {"b": ...}}``.
+    """
+    if not result:
+        return None
+    if metric in result:
+        return result[metric]
+    node: Any = result
+    for part in metric.split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def has_result(value: Any, status: str | None) -> bool:
+    """Whether a trial can be the best: it did not error and its last value is a finite number.
+
+    Args:
+        value: The trial's last reported value of the metric.
+        status: The trial's status (Ray's: ``RUNNING``, ``TERMINATED``, ``ERROR``, ...).
+    """
+    return str(status) != ERROR and _finite_number(value)
+
+
+def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "") -> tuple:
+    """The sort key of a trial, best first (see the module's rule).
+
+    Args:
+        value: The trial's last reported value of the metric.
+        status: The trial's status.
+        mode: ``min`` or ``max``.
+        trial_id: The trial's id, for ties and for the order of the trials without a result.
+    """
+    tie = "" if trial_id is None else str(trial_id)
+    if has_result(value, status):
+        return (0, float(value) if mode == "min" else -float(value), tie)
+    return (1, 0.0, tie)
+
+
+def ranked(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], status: Callable[[T], Any],
+           trial_id: Callable[[T], Any]) -> list[T]:
+    """The items (trials, rows, results) sorted best first.
+
+    Args:
+        items: One item per trial.
+        mode: ``min`` or ``max``.
+        value: The item's last reported value of the metric.
+        status: The item's status (``ERROR`` for a trial that errored).
+        trial_id: The item's trial id.
+
+    Returns:
+        A new list: the trials with a result by their value, best first, then the others by id.
+    """
+    return sorted(items, key=lambda item: rank_key(value(item), status(item), mode, trial_id(item)))
+
+
+def best(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], status: Callable[[T], Any],
+         trial_id: Callable[[T], Any]) -> T | None:
+    """The best item by the rule of this module, or None when no trial has a result.
+
+    Args: as :func:`ranked`.
+    """
+    order = ranked(items, mode, value=value, status=status, trial_id=trial_id)
+    if order and has_result(value(order[0]), status(order[0])):
+        return order[0]
+    return None
