@@ -147,3 +147,13 @@ def test_inside_the_users_own_ray_session_with_a_package_only_it_can_import(tmp_
     lines = proc.stdout.strip().splitlines()[-3:]
     assert all(line.startswith("{'TERMINATED': 2}") for line in lines), proc.stdout
     assert float(lines[1].split()[-1]) >= 10.0, "with_parameters passed offset=10"
+
+
+def test_a_short_run_prints_its_table_and_the_scheduler_line_once(ray_local, tmp_path, capfd):
+    """The first table comes one period after the start, not at once with every trial PENDING:
+    a run shorter than reporting.cli.max_report_frequency (10 s) prints one table, at its end."""
+    result = tune_model(spec(tmp_path, reporting={"cli": {"max_report_frequency": 30}, "tensorboard": False}))
+    out = capfd.readouterr().out
+    assert out.count("== Status ==") == 1, out
+    assert out.count("Using FIFO scheduling algorithm.") == 1, out
+    assert "2 TERMINATED" in out and f"Experiment folder: {result.experiment_path}" in out

@@ -187,6 +187,9 @@ INTERNALS = [
              source_has("raise NotImplementedError")),
     Internal("ray.tune.CheckpointConfig", "tuner/trainable.py: checkpoint_config (class trainables)",
              params("num_to_keep", "checkpoint_frequency", "checkpoint_at_end")),
+    Internal("ray.tune.progress_reporter.TuneReporterBase.should_report",
+             "tuner/reporting.py: TableReporter.setup (the first table one period after the start)",
+             source_has("self._last_report_time")),
     # tuner/trial.py
     Internal("ray.tune.trainable.trainable_fn_utils._in_tune_session", "tuner/trial.py: in_tune", params()),
     # tuner/algorithms.py

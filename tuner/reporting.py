@@ -123,8 +123,14 @@ class TableReporter(CLIReporter):
         self.location = location
 
     def setup(self, *args, **kwargs) -> None:
-        """Ray's setup at the start of each session (a run or a resume); the line's clock starts."""
+        """Ray's setup at the start of each session (a run or a resume); the clocks start.
+
+        The first table comes one period (``max_report_frequency``) after the start, not at
+        once with every trial PENDING: a run shorter than a period prints its table (and
+        Ray's scheduler line in it) once, at the end.
+        """
         super().setup(*args, **kwargs)
+        self._last_report_time = time.time()  # Ray's CLIReporter starts it at 0: a table at once
         if self.progress is not None:
             self.progress.start()  # a resumed run counts its own seconds
 
