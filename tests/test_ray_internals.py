@@ -193,14 +193,19 @@ INTERNALS = [
     # tuner/trial.py
     Internal("ray.tune.trainable.trainable_fn_utils._in_tune_session", "tuner/trial.py: in_tune", params()),
     # tuner/algorithms.py
-    Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _StopPausedInFinishedBracket",
+    Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
              _called(lambda cls: cls(), attrs("_trial_info"))),
     Internal("ray.tune.schedulers.HyperBandScheduler.on_trial_remove",
-             "tuner/algorithms.py: _StopPausedInFinishedBracket", params("tune_controller", "trial")),
-    Internal("ray.tune.schedulers.hyperband._Bracket", "tuner/algorithms.py: _StopPausedInFinishedBracket",
+             "tuner/algorithms.py: _NeverWaitForever", params("tune_controller", "trial")),
+    Internal("ray.tune.schedulers.hyperband._Bracket", "tuner/algorithms.py: _NeverWaitForever",
              attrs("finished", "current_trials")),
+    Internal("ray.tune.schedulers.HyperBandScheduler.choose_trial_to_run",
+             "tuner/algorithms.py: _NeverWaitForever (unpauses a trial when none runs)",
+             params("tune_controller")),
+    Internal("ray.tune.schedulers.HyperBandScheduler._unpause_trial", "tuner/algorithms.py: _NeverWaitForever",
+             params("tune_controller", "trial")),
     Internal("ray.tune.execution.tune_controller.TuneController.stop_trial",
-             "tuner/algorithms.py: _StopPausedInFinishedBracket", params("trial")),
+             "tuner/algorithms.py: _NeverWaitForever", params("trial")),
 ]
 
 #: Environment variables tuner sets for Ray (tuner/reporting.py: prepare_console): Ray's source reads them.

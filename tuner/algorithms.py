@@ -56,27 +56,42 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
         return BasicVariantGenerator(points_to_evaluate=points, random_state=spec.seed,
                                      max_concurrent=max_concurrent or 0)
     if search.algorithm == "optuna":
-        import optuna
         from optuna.samplers import TPESampler
         from ray.tune.search.optuna import OptunaSearch
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        quiet_searchers("optuna")
         sampler = TPESampler(seed=spec.seed, n_startup_trials=search.n_startup_trials,
                              multivariate=search.multivariate)
         return OptunaSearch(sampler=sampler, points_to_evaluate=points)
     from ray.tune.search.bohb import TuneBOHB
 
-    for name in ("hpbandster", "hpbandster.optimizers.config_generators.bohb"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # hpbandster's KDE (statsmodels KDEMultivariate) draws from numpy's global RandomState,
-    # which TuneBOHB's seed sets; statsmodels 0.15 warns on every run that this default
-    # changes "after 0.17 or January 2028". Keep the console clean; the seed test
-    # (tests/test_engine.py) shows when the default does change.
-    import warnings
-
-    warnings.filterwarnings("ignore", message="After 0.17 or January 2028", category=FutureWarning)
+    quiet_searchers("bohb")
     config = search.model_dump(exclude={"algorithm", "points_to_evaluate"}, exclude_none=True)
     return TuneBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points)
+
+
+def quiet_searchers(algorithm: str) -> None:
+    """Keep a searcher's library off the console, for a run and a resume alike.
+
+    Optuna logs every new study at INFO. hpbandster logs at INFO; its KDE (statsmodels
+    ``KDEMultivariate``) draws from numpy's global RandomState, which TuneBOHB's seed
+    sets, and statsmodels 0.15 warns on every BOHB run that this default changes "after
+    0.17 or January 2028" (the seed test in tests/test_engine.py shows when it does). A
+    resumed searcher is unpickled, not built, so this runs before every Tune session.
+
+    Args:
+        algorithm: The spec's ``search.algorithm``.
+    """
+    import warnings
+
+    if algorithm == "optuna":
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    elif algorithm == "bohb":
+        for name in ("hpbandster", "hpbandster.optimizers.config_generators.bohb"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        warnings.filterwarnings("ignore", message="After 0.17 or January 2028", category=FutureWarning)
 
 
 def build_scheduler(spec: Spec) -> TrialScheduler:
@@ -104,16 +119,21 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
                               min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
 
 
-class _StopPausedInFinishedBracket:
-    """Ray 2.60's synchronous Hyperband, less one hang.
+class _NeverWaitForever:
+    """Ray 2.60's synchronous Hyperband, less two hangs.
 
-    When the last running trial of a bracket ends on its own at ``max_t`` (its final
-    result comes with ``done``, so Tune calls ``on_trial_complete``, not
-    ``on_trial_result``), ``HyperBandScheduler.on_trial_remove`` skips a finished bracket,
-    and the bracket's other trials, PAUSED at ``max_t``, are never stopped: the
-    experiment waits forever ("No trial is running and no new trial has been started").
-    Seen in tests/test_engine.py's Hyperband test under load. This stops them, as
-    ``_process_bracket`` does for a finished bracket.
+    * When the last running trial of a bracket ends on its own at ``max_t`` (its final
+      result comes with ``done``, so Tune calls ``on_trial_complete``, not
+      ``on_trial_result``), ``HyperBandScheduler.on_trial_remove`` skips a finished
+      bracket, and the bracket's other trials, PAUSED at ``max_t``, are never stopped:
+      the experiment waits forever ("No trial is running and no new trial has been
+      started"). Seen in tests/test_engine.py's Hyperband test under load. This stops
+      them, as ``_process_bracket`` does for a finished bracket.
+    * After ``tuner resume``, the brackets are new (Ray does not save a scheduler with
+      the experiment) and the restored PAUSED trials sit in them with nothing to unpause
+      them: no trial runs and none starts. When Ray's own choice finds no trial to run
+      while none runs, the paused trial with the fewest iterations goes on from its
+      checkpoint, so the experiment always progresses (to its next rung, or its end).
     """
 
     def on_trial_remove(self, tune_controller, trial) -> None:
@@ -126,13 +146,29 @@ class _StopPausedInFinishedBracket:
                 if other.status == Trial.PAUSED:
                     tune_controller.stop_trial(other)
 
+    def choose_trial_to_run(self, tune_controller, *args, **kwargs):
+        from ray.tune.experiment import Trial
 
-class _HyperBand(_StopPausedInFinishedBracket, HyperBandScheduler):
-    """Ray's ``HyperBandScheduler`` (Li et al., JMLR 2018); see the base class for the fix."""
+        chosen = super().choose_trial_to_run(tune_controller, *args, **kwargs)
+        if chosen is not None:
+            return chosen
+        trials = tune_controller.get_trials()
+        if any(t.status in (Trial.RUNNING, Trial.PENDING) for t in trials):
+            return None
+        paused = [t for t in trials if t.status == Trial.PAUSED and t in self._trial_info]
+        if not paused:
+            return None
+        chosen = min(paused, key=lambda t: ((t.last_result or {}).get(self._time_attr, 0), t.trial_id))
+        self._unpause_trial(tune_controller, chosen)
+        return chosen
 
 
-class _HyperBandForBOHB(_StopPausedInFinishedBracket, HyperBandForBOHB):
-    """Ray's ``HyperBandForBOHB`` (Falkner et al., ICML 2018); see the base class for the fix."""
+class _HyperBand(_NeverWaitForever, HyperBandScheduler):
+    """Ray's ``HyperBandScheduler`` (Li et al., JMLR 2018); see the base class for the fixes."""
+
+
+class _HyperBandForBOHB(_NeverWaitForever, HyperBandForBOHB):
+    """Ray's ``HyperBandForBOHB`` (Falkner et al., ICML 2018); see the base class for the fixes."""
 
 
 def rungs(spec: Spec) -> list[list[float]]:

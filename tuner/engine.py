@@ -593,8 +593,10 @@ def _before_ray_tune(prepared: Prepared) -> None:
     (workers cannot import ``tuner_user_*`` modules by name).
     """
     from tuner import reporting
+    from tuner.algorithms import quiet_searchers
 
     reporting.prepare_console()
+    quiet_searchers(prepared.spec.search.algorithm)  # a resumed searcher is unpickled, not built
     _lean_callback_usage_tag()
     module = sys.modules.get(getattr(prepared.trainable, "__module__", "") or "")
     if module is not None and module.__name__.startswith("tuner_user_"):

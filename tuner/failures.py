@@ -450,7 +450,60 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
             stale = set(limiter["live_trials"]) & ended
             limiter["live_trials"] = set(limiter["live_trials"]) - stale
             limiter["num_unfinished_live_trials"] = max(0, limiter["num_unfinished_live_trials"] - len(stale))
+        _remind_bohb_of_live_trials(path)
     _atomic_save(state, str(path), newest.name, f"tmp-{newest.name}")
+
+
+def _remind_bohb_of_live_trials(path: Path) -> None:
+    """Give a saved TuneBOHB back the trials it forgot that the experiment will resume.
+
+    Ray 2.60's synchronous Hyperband can stop a trial while it is being paused: the
+    searcher hears that the trial completed (``TuneBOHB.on_trial_complete`` drops its
+    config), but the pause's save lands afterwards and leaves it PAUSED. A resume then
+    runs the trial, and its first result at a rung fails in ``TuneBOHB.to_wrapper`` with a
+    KeyError. Each unfinished trial of the experiment state that the saved searcher lacks
+    gets its config back (the searched parameters, flattened as TuneBOHB keeps them).
+    """
+    from ray import cloudpickle
+    from ray.tune.search import Searcher
+    from ray.tune.utils.util import _atomic_save
+
+    from tuner.files import flatten
+
+    files = sorted(path.glob(Searcher.CKPT_FILE_TMPL.format("*")))
+    if not files:
+        return
+    state = cloudpickle.loads(files[-1].read_bytes())
+    known = state.get("trial_to_params") if isinstance(state, dict) else None
+    space = state.get("_space") if isinstance(state, dict) else None
+    if known is None or space is None or "bohber" not in state:
+        return  # not TuneBOHB
+    names = set(space.keys())
+    missing = {tid: trial for tid, trial in _live_trials(path).items() if tid not in known}
+    if not missing:
+        return
+    for tid, trial in missing.items():
+        known[tid] = {k: v for k, v in flatten(trial.get("config") or {}).items() if k in names}
+        if trial.get("status") == "PAUSED":
+            state["paused"].add(tid)
+    _atomic_save(state, str(path), files[-1].name, f"tmp-{files[-1].name}")
+
+
+def _live_trials(path: Path) -> dict[str, dict]:
+    """The unfinished trials (PENDING, RUNNING, PAUSED) of the newest readable experiment state,
+    by id, as Ray saved them (``config``, ``status``, ...)."""
+    import json
+
+    for folder in (path, path / _SNAPSHOT_DIR):
+        newest = _newest_state(folder)
+        if newest is not None and _readable(newest):
+            live = {}
+            for item in json.loads(newest.read_text(encoding="utf-8")).get("trial_data", []):
+                trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
+                if trial.get("status") not in ("TERMINATED", "ERROR", None):
+                    live[trial.get("trial_id")] = trial
+            return live
+    return {}
 
 
 def _ended_trials(path: Path) -> set[str]:
