@@ -35,7 +35,10 @@ def write(tmp_path, text=TOY, name="toy.yaml"):
 
 def test_validate_prints_the_plan(tmp_path):
     spec = write(tmp_path)
-    proc = run_cli("validate", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    ray_tmp = tmp_path / "ray_tmp"  # where a Ray started by this process would make its session folder
+    ray_tmp.mkdir()
+    proc = run_cli("validate", spec, "--num-cpus", "2", "--storage", tmp_path / "runs",
+                   env={"RAY_TMPDIR": str(ray_tmp)})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert f"spec:       {spec} is valid" in out
@@ -46,6 +49,7 @@ def test_validate_prints_the_plan(tmp_path):
     assert "resources:  1 CPU, 0 GPU per trial" in out
     assert "fit:        2 trials at a time" in out
     assert not (tmp_path / "runs").exists(), "validate writes nothing"
+    assert not any(ray_tmp.iterdir()), "validate starts no Ray"
 
 
 def test_validate_grid_plan_and_gpu_packing(tmp_path):
@@ -113,8 +117,9 @@ def test_bad_spec_corpus_through_the_cli(tmp_path):
     for name in ["duplicate_key", "python_object_tag", "bohb_with_asha", "grace_above_max_t", "binary_junk",
                  "empty_file", "name_traversal", "yaml_syntax"]:
         rel = f"tests/bad_specs/{name}.yaml"
-        proc = run_cli("validate", rel, timeout=60)
+        proc = run_cli("validate", rel, timeout=60, env={"RAY_TMPDIR": str(tmp_path)})
         assert proc.returncode == 2, name
+        assert not any(tmp_path.iterdir()), f"{name}: Ray started"
         assert proc.stderr == "tuner: error: " + (ROOT / rel).with_suffix(".err").read_text(), name
 
 

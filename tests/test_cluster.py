@@ -42,6 +42,10 @@ reporting: {{cli: false}}
 """
 
 
+#: The `ray` command of the Python that runs the tests (its venv need not be activated).
+RAY_CLI = str(Path(sys.executable).with_name("ray")) if Path(sys.executable).with_name("ray").exists() else "ray"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -57,7 +61,7 @@ class RayNode:
         args = [*args, "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port",
                 str(free_port()), "--runtime-env-agent-port", str(free_port())]
         self.log = log
-        self.proc = subprocess.Popen([shutil.which("ray") or "ray", "start", "--block", *args], env=env,
+        self.proc = subprocess.Popen([RAY_CLI, "start", "--block", *args], env=env,
                                      stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 120
         while "Ray runtime started" not in log.read_text():
@@ -110,7 +114,9 @@ def cluster():
     # from RAY_AUTH_TOKEN_PATH; Ray sends it only with RAY_AUTH_MODE=token.
     token = temp / "auth_token"
     token.write_text(secrets.token_hex(32))
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    # The nodes run a job's `python` from PATH: the tests' own Python first, venv activated or not.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     port, dash = free_port(), free_port()
     (temp / "ray").mkdir()
     head = RayNode(["--head", "--port", str(port), "--dashboard-host",
@@ -386,7 +392,7 @@ def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_pat
 
 def test_plain_ray_job_submit_runs_tuner(cluster, tmp_path):
     env = cluster["env"]  # the Ray CLI sends the token with RAY_AUTH_MODE=token
-    proc = subprocess.run([shutil.which("ray") or "ray", "job", "submit", "--address", cluster["dashboard"],
+    proc = subprocess.run([RAY_CLI, "job", "submit", "--address", cluster["dashboard"],
                            "--working-dir", str(ROOT), "--entrypoint-resources",
                            '{"node:__internal_head__": 0.001}', "--", "python", "-m", "tuner", "run",
                            "tests/specs/cluster_steady.yaml", "--storage", str(tmp_path / "shared"),

@@ -71,19 +71,6 @@ def test_sigkill_the_driver_repeatedly_then_resume(tmp_path):
         assert max(epochs) == 5 and len(set(epochs)) == 6
 
 
-@pytest.mark.slow
-def test_resume_of_a_finished_experiment_reruns_nothing(tmp_path):
-    spec = tmp_path / "steady.yaml"
-    spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
-                    .replace("sleep: 0.4", "sleep: 0"))
-    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
-    exp = tmp_path / "runs" / "steady"
-    before = {p.name: p.read_text() for p in exp.glob("*/result.json")}
-    proc = run_cli("resume", exp, "--num-cpus", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert {p.name: p.read_text() for p in exp.glob("*/result.json")} == before
-
-
 def test_resume_refuses_a_changed_spec(tmp_path):
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 1").replace("sleep: 0.4", "sleep: 0"))
@@ -182,18 +169,26 @@ def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):
 
 
 @pytest.mark.slow
-def test_truncated_state_falls_back_to_the_snapshot(tmp_path):
+def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(tmp_path):
+    """A finished experiment resumes to nothing; so does one whose newest state was truncated
+    mid-write: the resume falls back to the snapshot, says so, and keeps the broken file aside."""
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
                     .replace("sleep: 0.4", "sleep: 0"))
     assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
     exp = tmp_path / "runs" / "steady"
+    before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
+    assert len(before) == 2
+    proc = run_cli("resume", exp, "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json")} == before
     state = sorted(exp.glob("experiment_state-*.json"))[-1]
     state.write_text(state.read_text()[:100])  # truncated mid-write
     proc = run_cli("resume", exp, "--num-cpus", "2")
     assert proc.returncode == 0, proc.stderr
     assert "the newest experiment state was unreadable; resumed from the snapshot" in proc.stdout
     assert (exp / (state.name + ".corrupt")).exists()
+    assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json")} == before
     # Without a snapshot the resume is refused: test_resume_refuses_a_truncated_state_without_a_snapshot.
 
 
