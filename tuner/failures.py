@@ -430,7 +430,8 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
         return  # stopped before Ray saved a searcher state: the restore starts it afresh
     newest = files[-1]  # the file Ray's _load_newest_checkpoint restores
     state = cloudpickle.loads(newest.read_bytes())
-    ended = _ended_trials(path)
+    trials = _saved_trials(path)
+    ended = {t.get("trial_id") for t in trials if t.get("status") in ("TERMINATED", "ERROR")}
     if template == BasicVariantGenerator.CKPT_FILE_TMPL:
         state["_live_trials"] = set(state["_live_trials"]) - ended
         if new > old:
@@ -450,11 +451,12 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
             stale = set(limiter["live_trials"]) & ended
             limiter["live_trials"] = set(limiter["live_trials"]) - stale
             limiter["num_unfinished_live_trials"] = max(0, limiter["num_unfinished_live_trials"] - len(stale))
-        _remind_bohb_of_live_trials(path)
+        _remind_bohb_of_live_trials(path, {t.get("trial_id"): t for t in trials
+                                           if t.get("status") not in ("TERMINATED", "ERROR", None)})
     _atomic_save(state, str(path), newest.name, f"tmp-{newest.name}")
 
 
-def _remind_bohb_of_live_trials(path: Path) -> None:
+def _remind_bohb_of_live_trials(path: Path, live: dict[str, dict]) -> None:
     """Give a saved TuneBOHB back the trials it forgot that the experiment will resume.
 
     Ray 2.60's synchronous Hyperband can stop a trial while it is being paused: the
@@ -463,6 +465,10 @@ def _remind_bohb_of_live_trials(path: Path) -> None:
     runs the trial, and its first result at a rung fails in ``TuneBOHB.to_wrapper`` with a
     KeyError. Each unfinished trial of the experiment state that the saved searcher lacks
     gets its config back (the searched parameters, flattened as TuneBOHB keeps them).
+
+    Args:
+        path: The experiment folder.
+        live: The experiment state's unfinished trials (PENDING, RUNNING, PAUSED), by id.
     """
     from ray import cloudpickle
     from ray.tune.search import Searcher
@@ -479,7 +485,7 @@ def _remind_bohb_of_live_trials(path: Path) -> None:
     if known is None or space is None or "bohber" not in state:
         return  # not TuneBOHB
     names = set(space.keys())
-    missing = {tid: trial for tid, trial in _live_trials(path).items() if tid not in known}
+    missing = {tid: trial for tid, trial in live.items() if tid not in known}
     if not missing:
         return
     for tid, trial in missing.items():
@@ -489,37 +495,25 @@ def _remind_bohb_of_live_trials(path: Path) -> None:
     _atomic_save(state, str(path), files[-1].name, f"tmp-{files[-1].name}")
 
 
-def _live_trials(path: Path) -> dict[str, dict]:
-    """The unfinished trials (PENDING, RUNNING, PAUSED) of the newest readable experiment state,
-    by id, as Ray saved them (``config``, ``status``, ...)."""
+def _newest_readable_state(path: Path) -> dict | None:
+    """The newest readable experiment state of the folder, else of its snapshot, parsed; None without one."""
     import json
 
     for folder in (path, path / _SNAPSHOT_DIR):
         newest = _newest_state(folder)
         if newest is not None and _readable(newest):
-            live = {}
-            for item in json.loads(newest.read_text(encoding="utf-8")).get("trial_data", []):
-                trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
-                if trial.get("status") not in ("TERMINATED", "ERROR", None):
-                    live[trial.get("trial_id")] = trial
-            return live
-    return {}
+            return json.loads(newest.read_text(encoding="utf-8"))
+    return None
 
 
-def _ended_trials(path: Path) -> set[str]:
-    """Ids of the trials that the newest readable experiment state has TERMINATED or ERROR."""
+def _saved_trials(path: Path) -> list[dict]:
+    """The trials of the newest readable experiment state, as Ray saved them (``trial_id``,
+    ``config``, ``status``, ...); an item that is not a saved trial is an empty dict."""
     import json
 
-    for folder in (path, path / _SNAPSHOT_DIR):
-        newest = _newest_state(folder)
-        if newest is not None and _readable(newest):
-            ended = set()
-            for item in json.loads(newest.read_text(encoding="utf-8")).get("trial_data", []):
-                trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
-                if trial.get("status") in ("TERMINATED", "ERROR"):
-                    ended.add(trial.get("trial_id"))
-            return ended
-    return set()
+    state = _newest_readable_state(path) or {}
+    return [json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
+            for item in state.get("trial_data", [])]
 
 
 def time_budget_used(experiment_path: str | os.PathLike) -> float | None:
@@ -533,14 +527,12 @@ def time_budget_used(experiment_path: str | os.PathLike) -> float | None:
 
     from ray.tune.utils.serialization import TuneFunctionDecoder
 
-    path = Path(experiment_path)
-    for folder in (path, path / _SNAPSHOT_DIR):
-        newest = _newest_state(folder)
-        if newest is not None and _readable(newest):
-            stopper = json.loads(newest.read_text(encoding="utf-8")).get("runner_data", {}).get("_stopper")
-            try:  # tuner's own experiment folder, written by this user's run: trusted
-                stopper = json.loads(json.dumps(stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
-            except Exception:  # noqa: BLE001 - an older or foreign state: no budget to report
-                return None
-            return getattr(stopper, "used_s", None)
-    return None
+    state = _newest_readable_state(Path(experiment_path))
+    if state is None:
+        return None
+    stopper = state.get("runner_data", {}).get("_stopper")
+    try:  # tuner's own experiment folder, written by this user's run: trusted
+        stopper = json.loads(json.dumps(stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+    except Exception:  # noqa: BLE001 - an older or foreign state: no budget to report
+        return None
+    return getattr(stopper, "used_s", None)
