@@ -17,6 +17,8 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
+from tuner.params import NAME_SEP
+
 __all__ = ["ERROR", "metric_value", "is_finite_number", "nan_to_none", "has_result", "best_reported", "rank_key",
            "ranked", "best"]
 
@@ -37,7 +39,7 @@ def metric_value(result: Mapping[str, Any] | None, metric: str) -> Any:
     if metric in result:
         return result[metric]
     node: Any = result
-    for part in metric.split("/"):
+    for part in metric.split(NAME_SEP):
         if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]
