@@ -51,10 +51,10 @@ def equals(expected: Any) -> Callable[[Any], None]:
 
 
 def subset_of(container: Any) -> Callable[[Any], None]:
-    """Every item of the object (a tuple, a set) is in ``container``."""
+    """Every item of the object (a tuple, a set) is in ``container`` (tuner's Ray-free copy)."""
     def check(obj: Any) -> None:
         missing = sorted(set(obj) - set(container))
-        assert not missing, f"{missing} are new"
+        assert not missing, f"Ray added {missing}; tuner's copy lacks them"
     return check
 
 
