@@ -97,6 +97,10 @@ def read_state(experiment_path: str | os.PathLike) -> ExperimentState | None:
     older = [f for folder in folders for f in reversed(state_files(folder)[:-1])]
     for file in newest + older:
         data = load_state_file(file)
+        try:
+            mtime = file.stat().st_mtime
+        except OSError:  # replaced or removed since it was read
+            continue
         if data is not None:
-            return ExperimentState(file, data, file.stat().st_mtime)
+            return ExperimentState(file, data, mtime)
     return None
