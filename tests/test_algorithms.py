@@ -7,7 +7,8 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.optuna import OptunaSearch
 
-from tuner.algorithms import build_scheduler, build_searcher, describe_search, rungs
+from tuner.algorithms import build_scheduler, build_searcher, describe_search
+from tuner.rungs import bracket_rungs as rungs
 from tuner.spec import load_spec
 
 BASE = {"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min"}

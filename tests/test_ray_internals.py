@@ -50,6 +50,14 @@ def equals(expected: Any) -> Callable[[Any], None]:
     return check
 
 
+def subset_of(container: Any) -> Callable[[Any], None]:
+    """Every item of the object (a tuple, a set) is in ``container`` (tuner's Ray-free copy)."""
+    def check(obj: Any) -> None:
+        missing = sorted(set(obj) - set(container))
+        assert not missing, f"Ray added {missing}; tuner's copy lacks them"
+    return check
+
+
 def source_has(*texts: str) -> Callable[[Any], None]:
     """The object's source code holds these texts (for nested functions and call sites)."""
     def check(obj: Any) -> None:
@@ -139,10 +147,15 @@ INTERNALS = [
       for name in ("RayActorError", "ActorDiedError", "NodeDiedError", "WorkerCrashedError", "ActorUnavailableError")),
     Internal("ray.tune.search.basic_variant._TrialIterator", "tuner/failures.py: reopen_searcher (more samples)",
              params("uuid_prefix", "num_samples", "unresolved_spec", "constant_grid_search", "start", "random_state")),
-    Internal("ray.tune.search.basic_variant.BasicVariantGenerator.CKPT_FILE_TMPL", "tuner/failures.py: reopen_searcher",
-             equals("basic-variant-state-{}.json")),
-    Internal("ray.tune.search.search_generator.SearchGenerator.CKPT_FILE_TMPL", "tuner/failures.py: reopen_searcher",
-             equals("search_gen_state-{}.json")),
+    Internal("ray.tune.search.basic_variant.BasicVariantGenerator.CKPT_FILE_TMPL",
+             "tuner/layout.py: BASIC_VARIANT_STATE (tuner/failures.py: reopen_searcher)",
+             equals(_tuner("tuner.layout.BASIC_VARIANT_STATE"))),
+    Internal("ray.tune.search.search_generator.SearchGenerator.CKPT_FILE_TMPL",
+             "tuner/layout.py: SEARCH_GEN_STATE (tuner/failures.py: reopen_searcher)",
+             equals(_tuner("tuner.layout.SEARCH_GEN_STATE"))),
+    Internal("ray.tune.search.Searcher.CKPT_FILE_TMPL",
+             "tuner/layout.py: SEARCHER_STATE (tuner/failures.py: _remind_bohb_of_live_trials)",
+             equals(_tuner("tuner.layout.SEARCHER_STATE"))),
     Internal("ray.tune.utils.util._atomic_save", "tuner/failures.py: reopen_searcher",
              params("state", "checkpoint_dir", "file_name", "tmp_file_name")),
     Internal("ray.tune.utils.serialization.TuneFunctionDecoder", "tuner/failures.py: time_budget_used",
@@ -161,8 +174,16 @@ INTERNALS = [
     # tuner/resources.py
     Internal("ray._private.accelerators.NvidiaGPUAcceleratorManager.get_current_node_num_accelerators",
              "tuner/resources.py: _nvidia_gpus", params()),
-    # tuner/results.py
-    Internal("ray.tune.result.AUTO_RESULT_KEYS", "tuner/results.py: _RAY_KEYS"),
+    # tuner/params.py, tuner/layout.py (Ray-free copies of Ray's names)
+    Internal("ray.tune.result.AUTO_RESULT_KEYS", "tuner/params.py: RAY_RESULT_KEYS (results.csv, tuner report)",
+             subset_of(_tuner("tuner.params.RAY_RESULT_KEYS"))),
+    Internal("ray.tune.execution.tune_controller.TuneController.CKPT_FILE_TMPL",
+             "tuner/layout.py: EXPERIMENT_STATE (tuner/state.py, tuner/failures.py)",
+             equals(_tuner("tuner.layout.EXPERIMENT_STATE"))),
+    *(Internal(f"ray.air.constants.{ray_name}", f"tuner/layout.py: {name} (tuner/report.py, tuner/results.py)",
+               equals(_tuner(f"tuner.layout.{name}")))
+      for ray_name, name in (("EXPR_PARAM_FILE", "PARAMS_FILE"), ("EXPR_RESULT_FILE", "RESULT_FILE"),
+                             ("EXPR_ERROR_FILE", "ERROR_FILE"))),
     # tuner/trainable.py
     Internal("ray._raylet.PlacementGroupID", "tuner/trainable.py: release_placement_groups",
              _called(lambda cls: cls(cls.from_random().binary()), attrs("hex"))),
@@ -322,16 +343,20 @@ def test_pickled_searcher_state_keeps_the_keys_tuner_rewrites(tiny_runs, templat
 
 
 def test_experiment_state_file_keeps_what_tuner_reads(tiny_runs):
-    """tuner/failures.py: _newest_state, _ended_trials and time_budget_used read Ray's experiment state."""
-    from tuner.failures import _STATE_GLOB
+    """tuner/state.py reads Ray's experiment state (for tuner/failures.py and tuner/report.py)."""
+    from tuner.layout import EXPERIMENT_STATE_GLOB
+    from tuner.state import read_state
 
     path = Path(tiny_runs["random"])
-    states = sorted(path.glob(_STATE_GLOB))
-    assert states, f"no {_STATE_GLOB} in {sorted(p.name for p in path.iterdir())}"
+    states = sorted(path.glob(EXPERIMENT_STATE_GLOB))
+    assert states, f"no {EXPERIMENT_STATE_GLOB} in {sorted(p.name for p in path.iterdir())}"
     state = json.loads(states[-1].read_text())
     trials = [json.loads(item[0]) for item in state["trial_data"]]
     assert trials and all({"trial_id", "status"} <= set(t) for t in trials)
     assert "_stopper" in state["runner_data"]
+    read = read_state(path)
+    assert read is not None and read.file == states[-1] and read.trials == trials
+    assert read.stopper == state["runner_data"]["_stopper"]
 
 
 #: Attributes of a finished run's objects that tuner uses: (where, attribute path, user).

@@ -193,9 +193,9 @@ def test_html_report_is_self_contained_with_pngs(run, tmp_path):
 
 
 def test_rungs_match_the_plan_of_tuner_validate(tmp_path):
-    """The report draws the rungs that `tuner validate` prints (tuner.algorithms.rungs), computed without Ray."""
-    from tuner.algorithms import rungs
+    """The report draws the rungs that `tuner validate` prints (tuner.rungs.bracket_rungs), computed without Ray."""
     from tuner.report import scheduler_rungs
+    from tuner.rungs import bracket_rungs as rungs
     from tuner.spec import load_spec
 
     base = {"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min"}

@@ -18,7 +18,6 @@ the searcher and the scheduler.
 from __future__ import annotations
 
 import logging
-import math
 
 from ray.tune.schedulers import (
     ASHAScheduler,
@@ -31,9 +30,10 @@ from ray.tune.schedulers import (
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
+from tuner.rungs import bracket_rungs
 from tuner.spec import Spec
 
-__all__ = ["build_searcher", "build_scheduler", "rungs", "describe_search"]
+__all__ = ["build_searcher", "build_scheduler", "describe_search"]
 
 
 def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | BasicVariantGenerator:
@@ -171,35 +171,6 @@ class _HyperBandForBOHB(_NeverWaitForever, HyperBandForBOHB):
     """Ray's ``HyperBandForBOHB`` (Falkner et al., ICML 2018); see the base class for the fixes."""
 
 
-def rungs(spec: Spec) -> list[list[float]]:
-    """Milestones (in ``time_attr`` units) at which the scheduler compares trials.
-
-    ASHA: one list of rungs per bracket ``s``, ``grace_period * rf**(k + s)`` below
-    ``max_t``, as Ray's ``AsyncHyperBandScheduler`` builds them. Hyperband and BOHB:
-    one list per bracket, from ``max_t * rf**-s`` up to ``max_t``, as Ray's
-    ``HyperBandScheduler``. Other schedulers have no rungs (empty list).
-
-    Returns:
-        ``[[r0, r1, ...], ...]``, one list per bracket, ascending.
-    """
-    s = spec.scheduler
-    max_t = spec.scheduler_max_t
-    if s.type == "asha":
-        out = []
-        for b in range(s.brackets):
-            n = int(math.log(max_t / s.grace_period) / math.log(s.reduction_factor) - b + 1)
-            out.append([s.grace_period * s.reduction_factor ** (k + b) for k in range(n)])
-        return out
-    if s.type in ("hyperband", "bohb"):
-        s_max_1 = int(round(math.log(max_t) / math.log(s.reduction_factor))) + 1
-        out = []
-        for b in reversed(range(s_max_1)):
-            r0 = int(max_t * s.reduction_factor ** (-b))
-            out.append([min(r0 * s.reduction_factor ** k, max_t) for k in range(b + 1)])
-        return out
-    return []
-
-
 def _num(x: float) -> str:
     return f"{x:g}"
 
@@ -224,7 +195,7 @@ def describe_search(spec: Spec) -> list[str]:
     else:
         name = {"asha": "asha (ASHAScheduler)", "hyperband": "hyperband (HyperBandScheduler)",
                 "bohb": "bohb (HyperBandForBOHB)"}[s.type]
-        brackets = rungs(spec)
+        brackets = bracket_rungs(spec)
         lines.append(f"scheduler:  {name}, max_t {spec.scheduler_max_t} {target}, "
                      f"reduction factor {_num(s.reduction_factor)}, {len(brackets)} bracket(s)")
         for i, r in enumerate(brackets):

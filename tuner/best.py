@@ -17,7 +17,10 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-__all__ = ["ERROR", "metric_value", "has_result", "rank_key", "ranked", "best"]
+from tuner.params import NAME_SEP
+
+__all__ = ["ERROR", "metric_value", "is_finite_number", "nan_to_none", "has_result", "best_reported", "rank_key",
+           "ranked", "best"]
 
 ERROR = "ERROR"  # Ray Tune's status of a trial that errored
 
@@ -36,15 +39,23 @@ def metric_value(result: Mapping[str, Any] | None, metric: str) -> Any:
     if metric in result:
         return result[metric]
     node: Any = result
-    for part in metric.split("/"):
+    for part in metric.split(NAME_SEP):
         if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]
     return node
 
 
-def _finite_number(value: Any) -> bool:
+def is_finite_number(value: Any) -> bool:
+    """Whether ``value`` is a metric value: a real number (numpy's too), not a bool, not NaN or inf."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def nan_to_none(value: Any) -> Any:
+    """``value``, with a NaN or infinite float as None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def has_result(value: Any, status: str | None) -> bool:
@@ -54,7 +65,23 @@ def has_result(value: Any, status: str | None) -> bool:
         value: The trial's last reported value of the metric.
         status: The trial's status (Ray's: ``RUNNING``, ``TERMINATED``, ``ERROR``, ...).
     """
-    return str(status) != ERROR and _finite_number(value)
+    return str(status) != ERROR and is_finite_number(value)
+
+
+def best_reported(values: Iterable[Any], mode: str | None) -> float:
+    """The best of one trial's reported values of the metric (the best it reached, not its last).
+
+    Args:
+        values: The values, in any order; those that are not finite numbers are skipped.
+        mode: ``min`` or ``max``.
+
+    Returns:
+        The smallest value for ``min``, else the largest; NaN when none is a finite number.
+    """
+    finite = [v for v in values if is_finite_number(v)]
+    if not finite:
+        return math.nan
+    return min(finite) if mode == "min" else max(finite)
 
 
 def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "") -> tuple:

@@ -16,6 +16,7 @@ import traceback
 import click
 
 from tuner.errors import TunerError
+from tuner.layout import BEST_CONFIG, RESULTS_CSV, SUMMARY
 from tuner.spec import SpecError
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -142,8 +143,8 @@ def _finish(result) -> None:
     where, mirror = result.experiment_path, ""
     if result.summary.get("location"):
         where, mirror = result.summary["location"], f"; local mirror: {result.experiment_path}"
-    click.echo(f"Results: {where} (summary.json, results.csv"
-               f"{', best_config.yaml' if result.best_config is not None else ''}{mirror})")
+    click.echo(f"Results: {where} ({SUMMARY}, {RESULTS_CSV}"
+               f"{', ' + BEST_CONFIG if result.best_config is not None else ''}{mirror})")
     if result.interrupted:
         _interrupted(result.experiment_path)
     if result.aborted:

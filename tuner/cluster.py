@@ -15,6 +15,7 @@ from typing import Iterable, Iterator
 
 import ray
 
+from tuner.layout import RAY_LOGS_LINK
 from tuner.resources import ClusterResources
 
 __all__ = ["ray_session", "cluster_resources"]
@@ -129,7 +130,7 @@ def link_ray_logs(session_dir: str | None, experiment_path: str | os.PathLike) -
     """Link Ray's log folder into the experiment folder as ``ray_logs`` (best effort)."""
     if not session_dir:
         return
-    link = Path(experiment_path) / "ray_logs"
+    link = Path(experiment_path) / RAY_LOGS_LINK
     try:
         if not link.exists():
             link.symlink_to(Path(session_dir) / "logs", target_is_directory=True)

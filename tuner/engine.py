@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from tuner.layout import BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES, trial_folder_name
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
 
@@ -240,7 +241,8 @@ def plan(prepared: Prepared) -> str:
     """
     from tuner.algorithms import describe_search
     from tuner.resources import describe_resources
-    from tuner.space import grid_size, sampled_params
+    from tuner.params import sampled_params
+    from tuner.space import grid_size
 
     spec = prepared.spec
     grid = grid_size(spec)
@@ -521,7 +523,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
                               metric=spec.metric, mode=spec.mode)
     # The lock first (it creates the folder): a second process refused by it writes nothing.
-    with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
+    with ExperimentLock(path), reporting.log_to_file(path / LOG_FILE), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         save_run_record(prepared)
         if prepared.remote:
@@ -560,7 +562,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
                 # resume can raise it (Ray restores its own TimeoutStopper unchanged).
                 reuse_actors=reuse_actors(fn, spec),
-                trial_dirname_creator=lambda t: f"{t.trainable_name}_{t.trial_id}",
+                trial_dirname_creator=lambda t: trial_folder_name(t.trainable_name, t.trial_id),
             ),
             run_config=tune.RunConfig(
                 name=spec.name,
@@ -687,16 +689,14 @@ def _sync_down(prepared: Prepared) -> None:
 def _sync_up(prepared: Prepared) -> None:
     """A cloud experiment: upload tuner's own files from the local mirror, beside Ray's."""
     if prepared.remote:
-        from tuner.storage import TUNER_FILES, upload
+        from tuner.storage import upload
 
-        events = tuple(p.name for p in prepared.experiment_path.glob("events.out.tfevents.*"))  # HParams summary
+        events = tuple(p.name for p in prepared.experiment_path.glob(EVENTS_GLOB))  # HParams summary
         upload(prepared.experiment_path, prepared.location, TUNER_FILES + events)
 
 
 def _take_budget_marker(path: Path) -> bool:
     """Whether the ExperimentStopper ended this session on the time budget (marker removed)."""
-    from tuner.failures import BUDGET_SPENT
-
     marker = path / BUDGET_SPENT
     if marker.exists():
         marker.unlink()
@@ -711,8 +711,6 @@ def _budget_hint(spec: Spec, prepared: Prepared) -> str:
             f"spec and run: python -m tuner resume {display(prepared.location)}")
 
 
-RUN_RECORD = "tuner_run.json"
-SPEC_SNAPSHOT = "spec.yaml"
 _RESUME_FIXED = ("trainable", "metric", "mode", "param_space", "search", "scheduler", "resources", "stop",
                  "amp", "oom_backoff", "min_batch_size", "seed")
 
@@ -881,7 +879,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
 
     spec, path = prepared.spec, prepared.experiment_path
     started = time.monotonic()
-    with ExperimentLock(path), reporting.log_to_file(path / "tuner.log"), \
+    with ExperimentLock(path), reporting.log_to_file(path / LOG_FILE), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         if session_dir is None:
             _ship_user_packages(prepared)

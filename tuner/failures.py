@@ -27,7 +27,10 @@ from typing import Any, Mapping
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
+from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CORRUPT_SUFFIX, EXPERIMENT_STATE_GLOB, LOCK_FILE,
+                          SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
 from tuner.spec import stop_operator
+from tuner.state import load_state_file, newest_state_file, read_state
 
 _COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
 
@@ -144,9 +147,6 @@ class ExperimentStopper(Callback, Stopper):
                 pass
 
 
-BUDGET_SPENT = "time_budget_spent"  # marker file in the experiment folder, for the run's caller
-
-
 def _pause_tune_run() -> bool:
     """End Ray Tune's run loop the way Ctrl-C does, leaving unfinished trials resumable.
 
@@ -253,7 +253,7 @@ class ExperimentLock:
     """
 
     def __init__(self, experiment_path: str | os.PathLike):
-        self.path = Path(experiment_path) / ".tuner.lock"
+        self.path = Path(experiment_path) / LOCK_FILE
         self._fd: int | None = None
 
     def __enter__(self) -> "ExperimentLock":
@@ -280,23 +280,8 @@ class ExperimentLock:
 
 # --------------------------------------------------------------------------- experiment state
 
-_STATE_GLOB = "experiment_state-*.json"
-_SNAPSHOT_DIR = ".tuner_state"
-
-
-def _newest_state(path: Path) -> Path | None:
-    files = sorted(path.glob(_STATE_GLOB))
-    return files[-1] if files else None
-
-
 def _readable(file: Path) -> bool:
-    import json
-
-    try:
-        json.loads(file.read_text(encoding="utf-8"))
-        return True
-    except (OSError, ValueError):
-        return False
+    return load_state_file(file) is not None
 
 
 class StateSnapshots(Callback):
@@ -319,15 +304,15 @@ class StateSnapshots(Callback):
         self._last = 0.0
 
     def _snapshot(self) -> None:
-        newest = _newest_state(self.path)
+        newest = newest_state_file(self.path)
         if newest is None or not _readable(newest):
             return
         from tuner.results import atomic_write
 
-        folder = self.path / _SNAPSHOT_DIR
+        folder = self.path / STATE_SNAPSHOT_DIR
         folder.mkdir(exist_ok=True)
         atomic_write(folder / newest.name, newest.read_bytes())
-        for old in folder.glob(_STATE_GLOB):
+        for old in folder.glob(EXPERIMENT_STATE_GLOB):
             if old.name != newest.name:
                 old.unlink(missing_ok=True)
 
@@ -355,11 +340,11 @@ def check_state(experiment_path: str | os.PathLike) -> None:
     from tuner.spec import SpecError, SpecIssue
 
     path = Path(experiment_path)
-    newest = _newest_state(path)
-    snapshot = _newest_state(path / _SNAPSHOT_DIR)
+    newest = newest_state_file(path)
+    snapshot = newest_state_file(path / STATE_SNAPSHOT_DIR)
     if newest is None and snapshot is None:
-        raise SpecError([SpecIssue("", f"no experiment state ({_STATE_GLOB}) in {path}: the run stopped before "
-                                   "Ray Tune saved any; start it again with `tuner run`.")], str(path))
+        raise SpecError([SpecIssue("", f"no experiment state ({EXPERIMENT_STATE_GLOB}) in {path}: the run stopped "
+                                   "before Ray Tune saved any; start it again with `tuner run`.")], str(path))
     if newest is not None and not _readable(newest) and (snapshot is None or not _readable(snapshot)):
         raise SpecError([SpecIssue("", f"the experiment state {newest.name} is truncated or unreadable and no "
                                    "earlier snapshot exists, so resuming would start over; refusing. Keep the "
@@ -375,14 +360,14 @@ def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
         The snapshot's file name when it was restored, else None.
     """
     path = Path(experiment_path)
-    newest = _newest_state(path)
-    snapshot = _newest_state(path / _SNAPSHOT_DIR)
+    newest = newest_state_file(path)
+    snapshot = newest_state_file(path / STATE_SNAPSHOT_DIR)
     if newest is not None and _readable(newest):
         return None
     if snapshot is None or not _readable(snapshot):
         return None
     if newest is not None:
-        os.replace(newest, newest.with_name(newest.name + ".corrupt"))
+        os.replace(newest, newest.with_name(newest.name + CORRUPT_SUFFIX))
     from tuner.results import atomic_write
 
     atomic_write(path / snapshot.name, snapshot.read_bytes())
@@ -417,12 +402,11 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
         new: ``num_samples`` to reach, ``>= old``.
     """
     from ray import cloudpickle
-    from ray.tune.search.basic_variant import BasicVariantGenerator, _TrialIterator
-    from ray.tune.search.search_generator import SearchGenerator
+    from ray.tune.search.basic_variant import _TrialIterator
     from ray.tune.utils.util import _atomic_save
 
     path = Path(experiment_path)
-    for template in (BasicVariantGenerator.CKPT_FILE_TMPL, SearchGenerator.CKPT_FILE_TMPL):
+    for template in (BASIC_VARIANT_STATE, SEARCH_GEN_STATE):
         files = sorted(path.glob(template.format("*")))
         if files:
             break
@@ -430,9 +414,10 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
         return  # stopped before Ray saved a searcher state: the restore starts it afresh
     newest = files[-1]  # the file Ray's _load_newest_checkpoint restores
     state = cloudpickle.loads(newest.read_bytes())
-    trials = _saved_trials(path)
-    ended = {t.get("trial_id") for t in trials if t.get("status") in ("TERMINATED", "ERROR")}
-    if template == BasicVariantGenerator.CKPT_FILE_TMPL:
+    saved = read_state(path)
+    trials = saved.trials if saved is not None else []
+    ended = {t["trial_id"] for t in trials if t.get("status") in ("TERMINATED", "ERROR")}
+    if template == BASIC_VARIANT_STATE:
         state["_live_trials"] = set(state["_live_trials"]) - ended
         if new > old:
             per_sample = state["_total_samples"] // old  # grid points
@@ -451,7 +436,7 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
             stale = set(limiter["live_trials"]) & ended
             limiter["live_trials"] = set(limiter["live_trials"]) - stale
             limiter["num_unfinished_live_trials"] = max(0, limiter["num_unfinished_live_trials"] - len(stale))
-        _remind_bohb_of_live_trials(path, {t.get("trial_id"): t for t in trials
+        _remind_bohb_of_live_trials(path, {t["trial_id"]: t for t in trials
                                            if t.get("status") not in ("TERMINATED", "ERROR", None)})
     _atomic_save(state, str(path), newest.name, f"tmp-{newest.name}")
 
@@ -471,12 +456,11 @@ def _remind_bohb_of_live_trials(path: Path, live: dict[str, dict]) -> None:
         live: The experiment state's unfinished trials (PENDING, RUNNING, PAUSED), by id.
     """
     from ray import cloudpickle
-    from ray.tune.search import Searcher
     from ray.tune.utils.util import _atomic_save
 
-    from tuner.files import flatten
+    from tuner.params import flatten
 
-    files = sorted(path.glob(Searcher.CKPT_FILE_TMPL.format("*")))
+    files = sorted(path.glob(SEARCHER_STATE.format("*")))
     if not files:
         return
     state = cloudpickle.loads(files[-1].read_bytes())
@@ -495,29 +479,10 @@ def _remind_bohb_of_live_trials(path: Path, live: dict[str, dict]) -> None:
     _atomic_save(state, str(path), files[-1].name, f"tmp-{files[-1].name}")
 
 
-def _newest_readable_state(path: Path) -> dict | None:
-    """The newest readable experiment state of the folder, else of its snapshot, parsed; None without one."""
-    import json
-
-    for folder in (path, path / _SNAPSHOT_DIR):
-        newest = _newest_state(folder)
-        if newest is not None and _readable(newest):
-            return json.loads(newest.read_text(encoding="utf-8"))
-    return None
-
-
-def _saved_trials(path: Path) -> list[dict]:
-    """The trials of the newest readable experiment state, as Ray saved them (``trial_id``,
-    ``config``, ``status``, ...); an item that is not a saved trial is an empty dict."""
-    import json
-
-    state = _newest_readable_state(path) or {}
-    return [json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
-            for item in state.get("trial_data", [])]
 
 
 def time_budget_used(experiment_path: str | os.PathLike) -> float | None:
-    """Seconds of ``time_budget_s`` an experiment has spent, from its newest readable state.
+    """Seconds of ``time_budget_s`` an experiment has spent, from its state (:func:`tuner.state.read_state`).
 
     Returns:
         The :class:`ExperimentStopper`'s ``used_s`` as Ray last saved it (at most
@@ -527,12 +492,11 @@ def time_budget_used(experiment_path: str | os.PathLike) -> float | None:
 
     from ray.tune.utils.serialization import TuneFunctionDecoder
 
-    state = _newest_readable_state(Path(experiment_path))
+    state = read_state(experiment_path)
     if state is None:
         return None
-    stopper = state.get("runner_data", {}).get("_stopper")
     try:  # tuner's own experiment folder, written by this user's run: trusted
-        stopper = json.loads(json.dumps(stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+        stopper = json.loads(json.dumps(state.stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
     except Exception:  # noqa: BLE001 - an older or foreign state: no budget to report
         return None
     return getattr(stopper, "used_s", None)

@@ -1,6 +1,5 @@
-"""Files tuner writes: one ``atomic_write`` for all of them, ``flatten``, which names
-nested config keys the way ``results.csv`` columns and TensorBoard's HParams do, and
-:func:`disk_full`, the one test for "the disk is full" (no Ray here)."""
+"""Files tuner writes: one ``atomic_write`` for all of them, and :func:`disk_full`, the one
+test for "the disk is full" (no Ray here). Their names are in :mod:`tuner.layout`."""
 
 from __future__ import annotations
 
@@ -8,24 +7,13 @@ import errno
 import os
 from pathlib import Path
 
-from typing import Any, Mapping
+from tuner.layout import TMP_SUFFIX
 
-__all__ = ["atomic_write", "flatten", "disk_full", "DISK_FULL_ERRNOS"]
+__all__ = ["atomic_write", "disk_full", "DISK_FULL_ERRNOS"]
 
 # A full filesystem, and a user's quota on it used up: both end a run that can go on once
 # space is freed. Every other OSError is an ordinary error.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-
-def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
-    """``{"opt": {"lr": 0.1}, "x": 1}`` -> ``{"opt/lr": 0.1, "x": 1}`` (nested keys joined by ``/``)."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
@@ -38,7 +26,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
             error's ``filename`` is ``path``.
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         if isinstance(data, bytes):
             tmp.write_bytes(data)

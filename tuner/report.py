@@ -32,20 +32,22 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from tuner.best import has_result, ranked
-from tuner.files import atomic_write, flatten
+from tuner.best import best_reported, has_result, is_finite_number, nan_to_none, ranked
+from tuner.files import atomic_write
+from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, RESULT_FILE, RESULTS_CSV,
+                          RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
+from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, distributions, flatten, nest
+from tuner.rungs import merged_rungs
 from tuner.spec import Spec, SpecError, load_spec
+from tuner.state import ExperimentState, read_state
 
 __all__ = ["Experiment", "ReportError", "load_experiment", "render", "write_html", "write_plots",
            "list_experiments", "render_list", "scheduler_rungs", "budget", "importances", "FORMATS"]
 
 FORMATS = ("table", "csv", "json", "html")
-_STATE_GLOB = "experiment_state-*.json"
 _ENDED = ("TERMINATED", "ERROR")
 # Keys Ray adds to every result that are not metrics (the x axes are kept apart).
-_RAY_KEYS = {"done", "should_checkpoint", "trial_id", "experiment_tag", "date", "pid", "hostname", "node_ip",
-             "experiment_id", "checkpoint_dir_name", "config", "time_since_restore", "iterations_since_restore",
-             "timesteps_since_restore", "timesteps_total", "episodes_total", "checkpoint_path"}
+_NOT_METRICS = RAY_RESULT_KEYS - PROGRESS_KEYS
 
 
 class ReportError(ValueError):
@@ -111,13 +113,13 @@ class Experiment:
         if self.best_trial is None:
             return None
         folder = _trial_folders(self.path).get(self.best_trial)
-        if folder is not None and (folder / "params.json").is_file():
+        if folder is not None and (folder / PARAMS_FILE).is_file():
             try:
-                return json.loads((folder / "params.json").read_text(encoding="utf-8"))
+                return json.loads((folder / PARAMS_FILE).read_text(encoding="utf-8"))
             except ValueError:
                 pass
         row = self.trials[self.trials["trial_id"] == self.best_trial].iloc[0]
-        return _nest({k[len("config/"):]: _py(v) for k, v in row.items() if k.startswith("config/")})
+        return nest({k[len("config/"):]: _py(v) for k, v in row.items() if k.startswith("config/")})
 
 
 # --------------------------------------------------------------------------- loading
@@ -130,59 +132,28 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _newest_state(path: Path) -> tuple[dict | None, float]:
-    """The newest readable experiment state (the folder's, else tuner's snapshot) and its mtime."""
-    for folder in (path, path / ".tuner_state"):
-        for file in sorted(folder.glob(_STATE_GLOB), reverse=True):
-            data = _read_json(file)
-            if isinstance(data, dict):
-                return data, file.stat().st_mtime
-    return None, 0.0
-
-
-def _state_trials(state: dict | None) -> list[dict]:
-    out = []
-    for item in (state or {}).get("trial_data", []):
-        try:
-            trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
-        except ValueError:
-            continue
-        if trial.get("trial_id"):
-            out.append({"trial_id": trial["trial_id"], "status": trial.get("status"),
-                        "folder": trial.get("relative_logdir") or trial.get("custom_dirname"),
-                        "config": trial.get("config") if isinstance(trial.get("config"), dict) else {}})
-    return out
+def _state_trials(state: ExperimentState | None) -> list[dict]:
+    return [{"trial_id": trial["trial_id"], "status": trial.get("status"),
+             "folder": trial.get("relative_logdir") or trial.get("custom_dirname"),
+             "config": trial.get("config") if isinstance(trial.get("config"), dict) else {}}
+            for trial in (state.trials if state is not None else [])]
 
 
 def _trial_folders(path: Path) -> dict[str, Path]:
     """Trial id -> trial folder (``<trainable>_<trial_id>``: a folder with params.json or result.json)."""
     out = {}
     for folder in sorted(p for p in path.iterdir() if p.is_dir()):
-        if not ((folder / "result.json").is_file() or (folder / "params.json").is_file()):
+        if not ((folder / RESULT_FILE).is_file() or (folder / PARAMS_FILE).is_file()):
             continue
         trial_id = None
         try:
-            with open(folder / "result.json", encoding="utf-8") as f:
+            with open(folder / RESULT_FILE, encoding="utf-8") as f:
                 trial_id = json.loads(f.readline()).get("trial_id")
         except (OSError, ValueError, AttributeError):
             pass
-        if not trial_id:
-            parts = folder.name.rsplit("_", 2)
-            trial_id = "_".join(parts[-2:]) if len(parts) == 3 else folder.name
-        out[trial_id] = folder
+        out[trial_id or trial_id_of_folder(folder.name)] = folder
     return out
 
-
-
-def _nest(flat: dict[str, Any]) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        parts = key.split("/")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
 
 
 def _py(value: Any) -> Any:
@@ -192,9 +163,7 @@ def _py(value: Any) -> Any:
             value = value.item()
         except (ValueError, AttributeError):
             pass
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return nan_to_none(value)
 
 
 def _results(file: Path) -> list[dict]:
@@ -230,7 +199,7 @@ def _is_running(path: Path) -> bool:
     Read from ``/proc/locks`` without touching the lock; where that file is missing, a
     shared non-blocking ``flock`` is tried and released at once.
     """
-    lock = path / ".tuner.lock"
+    lock = path / LOCK_FILE
     if not lock.is_file():
         return False
     try:
@@ -257,8 +226,8 @@ def _is_running(path: Path) -> bool:
 
 
 def _is_experiment(path: Path) -> bool:
-    return path.is_dir() and any((path / name).is_file() for name in ("tuner_run.json", "spec.yaml")) \
-        or path.is_dir() and any(path.glob(_STATE_GLOB))
+    return path.is_dir() and any((path / name).is_file() for name in (RUN_RECORD, SPEC_SNAPSHOT)) \
+        or path.is_dir() and any(path.glob(EXPERIMENT_STATE_GLOB))
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
@@ -278,20 +247,21 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         raise ReportError(f"{path} does not exist; give an experiment folder, e.g. runs/mnist-asha "
                           "(`tuner list runs` shows the experiments there).")
     if not _is_experiment(path):
-        raise ReportError(f"{path} is not a tuner experiment folder (no tuner_run.json, spec.yaml or "
-                          f"{_STATE_GLOB}); give the folder `tuner run` created, e.g. runs/mnist-asha "
+        raise ReportError(f"{path} is not a tuner experiment folder (no {RUN_RECORD}, {SPEC_SNAPSHOT} or "
+                          f"{EXPERIMENT_STATE_GLOB}); give the folder `tuner run` created, e.g. runs/mnist-asha "
                           "(`tuner list STORAGE` shows the experiments in a storage folder).")
     path = path.resolve()
     spec = None
-    if (path / "spec.yaml").is_file():
+    if (path / SPEC_SNAPSHOT).is_file():
         try:
-            spec = load_spec(path / "spec.yaml")
+            spec = load_spec(path / SPEC_SNAPSHOT)
         except SpecError:
             spec = None
-    record = _read_json(path / "tuner_run.json") or {}
-    state, state_mtime = _newest_state(path)
-    summary = _read_json(path / "summary.json")
-    if summary is not None and (path / "summary.json").stat().st_mtime < state_mtime:
+    record = _read_json(path / RUN_RECORD) or {}
+    state = read_state(path)
+    state_mtime = state.mtime if state is not None else 0.0
+    summary = _read_json(path / SUMMARY)
+    if summary is not None and (path / SUMMARY).stat().st_mtime < state_mtime:
         summary = None  # written by an earlier session; a later resume has not finished
     running = _is_running(path)
     metric = spec.metric if spec else (summary or {}).get("metric")
@@ -307,9 +277,9 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
                                              and not (state is not None and _last_write(folder) < state_mtime)]
     by_id = {t["trial_id"]: t for t in listed}
     csv_status: dict[str, str] = {}
-    if summary is not None and (path / "results.csv").is_file():
+    if summary is not None and (path / RESULTS_CSV).is_file():
         try:
-            csv = pd.read_csv(path / "results.csv", dtype={"trial_id": str})
+            csv = pd.read_csv(path / RESULTS_CSV, dtype={"trial_id": str})
             csv_status = dict(zip(csv["trial_id"], csv["status"]))
         except (ValueError, KeyError, pd.errors.ParserError):
             pass
@@ -318,20 +288,20 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     for trial_id in ids:
         info = by_id.get(trial_id, {})
         folder = folders.get(trial_id) or (path / info["folder"] if info.get("folder") else None)
-        results = _results(folder / "result.json") if folder is not None else []
-        config = _read_json(folder / "params.json") if folder is not None else None
+        results = _results(folder / RESULT_FILE) if folder is not None else []
+        config = _read_json(folder / PARAMS_FILE) if folder is not None else None
         if not isinstance(config, dict):
             config = info.get("config") or (results[-1].get("config") if results else None) or {}
         per_iter: dict[Any, dict] = {}
         for r in results:  # a resumed trial may report an iteration again: the last one counts
-            flat = flatten({k: v for k, v in r.items() if k not in _RAY_KEYS})
+            flat = flatten({k: v for k, v in r.items() if k not in _NOT_METRICS})
             row = {k: v for k, v in flat.items() if _numeric(v)}
             per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
         trial_hist = [{"trial_id": trial_id, **row} for row in per_iter.values()]
         history.extend(trial_hist)
         status = info.get("status") or csv_status.get(trial_id)
         if status is None:
-            if folder is not None and (folder / "error.txt").is_file():
+            if folder is not None and (folder / ERROR_FILE).is_file():
                 status = "ERROR"
             elif results and results[-1].get("done"):
                 status = "TERMINATED"
@@ -345,9 +315,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
                "time_total_s": last.get("time_total_s")}
         row.update({f"config/{k}": v for k, v in flatten(config).items()})
         if metric:
-            values = [h[metric] for h in trial_hist if metric in h and math.isfinite(h[metric])]
             row[f"last_{metric}"] = last.get(metric, math.nan)
-            row[f"best_{metric}"] = (min(values) if mode == "min" else max(values)) if values else math.nan
+            row[f"best_{metric}"] = best_reported([h.get(metric) for h in trial_hist], mode)
         rows.append(row)
 
     trials = pd.DataFrame(rows, columns=None if rows else ["trial_id", "status", "iterations", "time_total_s"])
@@ -378,7 +347,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     trials = trials[front + config_cols + rest]
 
     if spec is not None:
-        params = [name for name, value in _iter_dists(spec.param_space)]
+        params = [name for name, _ in distributions(spec.param_space)]
     else:  # no spec: the config keys that differ between trials
         params = [c[len("config/"):] for c in config_cols if trials[c].astype(str).nunique() > 1]
     if summary is not None and not running:
@@ -401,25 +370,14 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
                       best_trial=best_trial, params=params)
 
 
-def _iter_dists(space: dict, prefix: str = ""):
-    """``(name, distribution)`` for every sampled parameter of a param_space, ``/``-joined names."""
-    from tuner.spec import _Dist
-
-    for key, value in space.items():
-        if isinstance(value, _Dist):
-            yield f"{prefix}{key}", value
-        elif isinstance(value, dict):
-            yield from _iter_dists(value, f"{prefix}{key}/")
-
-
 # --------------------------------------------------------------------------- derived facts
 
 
 def scheduler_rungs(spec: Spec | None) -> list[float]:
     """The milestones, in ``time_attr`` units, at which the spec's scheduler stops trials.
 
-    The same rungs as ``tuner.algorithms.rungs`` (which ``tuner validate`` prints),
-    computed here from the spec's values without importing Ray, merged over brackets.
+    The rungs ``tuner validate`` prints (:func:`tuner.rungs.bracket_rungs`), merged over
+    brackets.
 
     Args:
         spec: The spec as run, or None.
@@ -427,21 +385,7 @@ def scheduler_rungs(spec: Spec | None) -> list[float]:
     Returns:
         The sorted, distinct rungs below ``max_t``; empty for fifo, median and no spec.
     """
-    if spec is None:
-        return []
-    s = spec.scheduler
-    max_t = spec.scheduler_max_t
-    out: set[float] = set()
-    if s.type == "asha":
-        for b in range(s.brackets):
-            n = int(math.log(max_t / s.grace_period) / math.log(s.reduction_factor) - b + 1)
-            out.update(s.grace_period * s.reduction_factor ** (k + b) for k in range(n))
-    elif s.type in ("hyperband", "bohb"):
-        s_max_1 = int(round(math.log(max_t) / math.log(s.reduction_factor))) + 1
-        for b in reversed(range(s_max_1)):
-            r0 = int(max_t * s.reduction_factor ** (-b))
-            out.update(min(r0 * s.reduction_factor ** k, max_t) for k in range(b + 1))
-    return sorted(r for r in out if r < max_t)
+    return [] if spec is None else merged_rungs(spec)
 
 
 def budget(exp: Experiment) -> dict[str, Any]:
@@ -471,7 +415,7 @@ def budget(exp: Experiment) -> dict[str, Any]:
     full_it, used_s, full_s = 0, 0.0, 0.0
     for _, row in t.iterrows():
         iters = int(row["iterations"])
-        secs = float(row["time_total_s"]) if _finite(row["time_total_s"]) else 0.0
+        secs = float(row["time_total_s"]) if is_finite_number(row["time_total_s"]) else 0.0
         target = full if row["status"] == "TERMINATED" else iters
         full_it += target
         used_s += secs
@@ -480,7 +424,7 @@ def budget(exp: Experiment) -> dict[str, Any]:
         else:
             full_s += secs
     wall = (exp.summary or {}).get("wall_time_s")
-    resumed = bool((_read_json(exp.path / "tuner_run.json") or {}).get("resumed"))
+    resumed = bool((_read_json(exp.path / RUN_RECORD) or {}).get("resumed"))
     if wall is None or resumed:  # summary.json's wall time is the last session's only
         wall = _results_span(exp)
     return {
@@ -529,7 +473,7 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = exp.trials
     last = exp.last_col
-    complete = t[(t["status"] == "TERMINATED") & ~t["stopped_early"] & t[last].map(_finite)]
+    complete = t[(t["status"] == "TERMINATED") & ~t["stopped_early"] & t[last].map(is_finite_number)]
     values = dict(zip(complete["trial_id"], complete[last]))
     note = (f"fANOVA (Optuna) over the {len(complete)} trials that ran to the end; trials stopped early "
             "count as pruned")
@@ -539,13 +483,13 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
         level = int(ok["iterations"].min()) if not ok.empty else 0
         h = exp.history
         at = h[(h["training_iteration"] == level) & h["trial_id"].isin(ok["trial_id"])] if level else h.iloc[0:0]
-        values = {tid: v for tid, v in zip(at["trial_id"], at.get(exp.metric, [])) if _finite(v)}
+        values = {tid: v for tid, v in zip(at["trial_id"], at.get(exp.metric, [])) if is_finite_number(v)}
         note = (f"fANOVA (Optuna) over the {exp.metric} of {len(values)} trials at iteration {level}, the "
                 "last one every trial that reported reached: fewer than 2 trials ran to the end")
         use_pruned = False
     if len(values) < 2:
         return {}, f"needs at least 2 trials with a finite {exp.metric}"
-    log_params = {name for name, d in _iter_dists(exp.spec.param_space)
+    log_params = {name for name, d in distributions(exp.spec.param_space)
                   if "log" in d.type} if exp.spec else set()
     dists: dict[str, Any] = {}
     for name in exp.params:
@@ -581,7 +525,7 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
         inter = {}
         if state == TrialState.PRUNED and exp.metric in h:
             g = h[(h["trial_id"] == row["trial_id"])]
-            inter = {int(i): float(v) for i, v in zip(g["training_iteration"], g[exp.metric]) if _finite(v)}
+            inter = {int(i): float(v) for i, v in zip(g["training_iteration"], g[exp.metric]) if is_finite_number(v)}
         try:
             study.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
                                          intermediate_values=inter))
@@ -590,10 +534,6 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
     result = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
     return {k: float(v) for k, v in result.items()}, note
-
-
-def _finite(v: Any) -> bool:
-    return _numeric(v) and math.isfinite(v)
 
 
 # --------------------------------------------------------------------------- text formats
@@ -727,7 +667,7 @@ def _plot_curves(exp: Experiment):
     stopped_label = False
     for trial_id in reversed(order):
         g = h[h["trial_id"] == trial_id].sort_values(x)
-        g = g[g[metric].map(_finite)]
+        g = g[g[metric].map(is_finite_number)]
         if g.empty:
             continue
         best = trial_id == exp.best_trial
@@ -763,7 +703,7 @@ def _param_values(exp: Experiment, name: str) -> tuple[list, bool, list | None]:
 
 def _log_param(exp: Experiment, name: str, vals: list) -> bool:
     if exp.spec:
-        for n, d in _iter_dists(exp.spec.param_space):
+        for n, d in distributions(exp.spec.param_space):
             if n == name:
                 return "log" in d.type
     pos = [v for v in vals if v is not None and v > 0]

@@ -37,8 +37,10 @@ from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
 from tuner.best import best as best_of, metric_value
-from tuner.files import disk_full, flatten
-from tuner.space import iter_params, plain, sampled_params
+from tuner.files import disk_full
+from tuner.layout import HPARAMS_EVENTS_PREFIX, HPARAMS_EVENTS_SUFFIX, RUN_RECORD
+from tuner.params import RAY_RESULT_KEYS, distributions, flatten, sampled_params
+from tuner.space import plain
 from tuner.spec import Spec
 
 __all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint",
@@ -244,8 +246,7 @@ class HParamsTBXCallback(TBXLoggerCallback):
         super().__init__()
         self._folder = folder
         self._params = sampled_params(spec)
-        self._domains = {name: value.model_dump() for name, value in iter_params(spec.param_space)
-                         if name in self._params}
+        self._domains = {name: dist.model_dump() for name, dist in distributions(spec.param_space)}
         self._metric = spec.metric
         self._metrics: dict[str, None] = {}
         self._failed = False
@@ -297,11 +298,6 @@ class HParamsTBXCallback(TBXLoggerCallback):
 
 
 
-# Scalars Ray adds to every result: kept in the scalars, left out of the HParams columns.
-_RAY_SCALARS = {"done", "should_checkpoint", "iterations_since_restore", "time_since_restore", "time_this_iter_s",
-                "timesteps_since_restore", "timesteps_total", "episodes_total"}
-
-
 def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict], metric: str | None,
                              metrics: list[str]) -> None:
     """Write TensorBoard's HParams experiment summary into the experiment folder.
@@ -343,7 +339,8 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
         else:  # randn: unbounded
             infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64")))
     first = [f"ray/tune/{metric}"] if metric and f"ray/tune/{metric}" in metrics else []
-    tags = first + sorted(t for t in metrics if t not in first and t.rsplit("/", 1)[-1] not in _RAY_SCALARS)
+    # Scalars Ray adds to every result (tuner.params.RAY_RESULT_KEYS) stay in the scalars, out of the columns.
+    tags = first + sorted(t for t in metrics if t not in first and t.removeprefix("ray/tune/") not in RAY_RESULT_KEYS)
     experiment = Experiment(hparam_infos=infos, metric_infos=[MetricInfo(name=MetricName(tag=t)) for t in tags],
                             time_created_secs=time.time())
     content = HParamsPluginData(experiment=experiment, version=0).SerializeToString()
@@ -351,7 +348,7 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
         plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=content)))])
     # Written here, not by a SummaryWriter: its writer thread and exit hook would outlive
     # a write that failed (a full disk) and print tracebacks when the process ends.
-    writer = EventsWriter(os.path.join(os.fspath(folder), "events"), ".hparams")
+    writer = EventsWriter(os.path.join(os.fspath(folder), HPARAMS_EVENTS_PREFIX), HPARAMS_EVENTS_SUFFIX)
     try:
         writer.write_event(Event(summary=summary, wall_time=time.time()))
         writer.flush()
@@ -557,7 +554,7 @@ class ProgressLine:
         if path is None or not path.is_dir():
             return elapsed, budget
         try:
-            budget = json.loads((path / "tuner_run.json").read_text()).get("time_budget_s", budget)
+            budget = json.loads((path / RUN_RECORD).read_text()).get("time_budget_s", budget)
         except (OSError, ValueError):
             pass
         if budget is None:

@@ -14,7 +14,6 @@ Files written into the experiment folder ``<storage>/<name>/``:
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,19 +23,15 @@ from typing import Any
 import pandas as pd
 import yaml
 from ray.tune import ResultGrid
-from ray.tune.result import AUTO_RESULT_KEYS
 
-from tuner.best import ERROR, best as best_of, metric_value, ranked
-from tuner.files import atomic_write, flatten  # atomic_write re-exported: tuner.results.atomic_write
+from tuner.best import ERROR, best as best_of, metric_value, nan_to_none, ranked
+from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
+from tuner.layout import BEST_CONFIG, ERROR_FILE, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER
+from tuner.params import RAY_RESULT_KEYS, flatten
 from tuner.space import plain
 from tuner.spec import Spec
 
 __all__ = ["TuneResult", "collect_results", "best_line", "atomic_write", "user_traceback"]
-
-# Keys Ray adds to every result; results.csv keeps training_iteration of these.
-_RAY_KEYS = set(AUTO_RESULT_KEYS) | {"trial_id", "experiment_tag", "done", "should_checkpoint",
-                                     "node_ip", "experiment_id", "timestamp", "date", "checkpoint_path"}
-
 
 @dataclass
 class TuneResult:
@@ -90,16 +85,10 @@ class TuneResult:
 
 
 def _user_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    flat = flatten({k: v for k, v in metrics.items() if k not in _RAY_KEYS and k != "config"})
+    # Ray's keys are not metrics; results.csv keeps training_iteration of them.
+    flat = flatten({k: v for k, v in metrics.items() if k not in RAY_RESULT_KEYS})
     flat["training_iteration"] = metrics.get("training_iteration")
     return plain(flat)
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: write None instead."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _statuses(grid: ResultGrid) -> list[str]:
@@ -190,11 +179,11 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         rows.append(row)
         local = path / Path(result.path).name  # the trial folder (for a cloud experiment, its mirror)
         if result.error is not None:
-            marker = local / "trial_timeout.txt"  # written by a trial ended by trial_timeout_s
+            marker = local / TIMEOUT_MARKER  # written by a trial ended by trial_timeout_s
             text = marker.read_text().strip() if marker.is_file() else _last_line(result.error)
             errors.append({"trial_id": trial_id, "error": text, "path": where(result.path)})
         if aborted_by is not None and (trial_id == aborted_by or Path(result.path).name.endswith(aborted_by)):
-            aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / "error.txt", result.error),
+            aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / ERROR_FILE, result.error),
                        "path": where(result.path)}
             aborted_error = result.error
     if spec.metric:  # best first; errored trials and trials without a finite value last
@@ -223,7 +212,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         "best": None if best_id is None else {
             "trial_id": best_id,
             "config": best_config,
-            "metrics": {k: _finite(v) for k, v in (best_metrics or {}).items()},
+            "metrics": {k: nan_to_none(v) for k, v in (best_metrics or {}).items()},
             "checkpoint": best_ckpt,
         },
         "trials": {"total": len(statuses), "by_status": by_status},
@@ -235,10 +224,10 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if location:
         summary["location"] = display(location)
     path.mkdir(parents=True, exist_ok=True)
-    atomic_write(path / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(path / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")
     if best_config is not None:
-        atomic_write(path / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
-    atomic_write(path / "results.csv", frame.to_csv(index=False))
+        atomic_write(path / BEST_CONFIG, yaml.safe_dump(best_config, sort_keys=False))
+    atomic_write(path / RESULTS_CSV, frame.to_csv(index=False))
     return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary, aborted_error)
 
 

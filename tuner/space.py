@@ -9,37 +9,15 @@ so Ray's ``BasicVariantGenerator`` runs the full cross product.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from ray import tune
 
+from tuner.params import distributions
 from tuner.spec import Spec, _Dist
 
-__all__ = ["to_ray_space", "grid_values", "iter_params", "sampled_params", "grid_size", "plain"]
-
-
-def iter_params(space: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Yield ``(name, value)`` for every leaf parameter, nested names joined by ``/``.
-
-    Args:
-        space: A ``param_space`` mapping (distributions, constants, nested mappings).
-        prefix: Name prefix for nested levels.
-
-    Yields:
-        ``("model/depth", RandInt(...))``-style pairs, in spec order.
-    """
-    for key, value in space.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from iter_params(value, name + "/")
-        else:
-            yield name, value
-
-
-def sampled_params(spec: Spec) -> list[str]:
-    """Names (``/``-joined) of the parameters that the searcher varies, in spec order."""
-    return [name for name, value in iter_params(spec.param_space) if isinstance(value, _Dist)]
+__all__ = ["to_ray_space", "grid_values", "grid_size", "plain"]
 
 
 def grid_values(dist: _Dist) -> list[Any]:
@@ -131,8 +109,8 @@ def grid_size(spec: Spec) -> int:
     """Number of grid points (1 without grid parameters); trials = grid_size x num_samples."""
     grid = spec.search.algorithm == "grid"
     sizes = [
-        len(grid_values(v)) for _, v in iter_params(spec.param_space)
-        if isinstance(v, _Dist) and (v.type == "grid" or (grid and (v.type == "choice" or getattr(v, "grid_points", None))))
+        len(grid_values(v)) for _, v in distributions(spec.param_space)
+        if v.type == "grid" or (grid and (v.type == "choice" or getattr(v, "grid_points", None)))
     ]
     return math.prod(sizes) if sizes else 1
 

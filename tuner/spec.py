@@ -52,6 +52,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypeAliasType
 
+from tuner.params import spec_paths
+
 __all__ = [
     "Spec",
     "SpecError",
@@ -920,10 +922,10 @@ class Spec(_Model):
             field = "scheduler.max_t" if max_t is not None else "scheduler.grace_period"
             raise _fail(field, f"`grace_period <= max_t` must hold, but got (grace_period={grace}, "
                         f"max_t={self.scheduler_max_t}).")
-        for path, dist in _iter_params(self.param_space):
+        for path, dist in spec_paths(self.param_space):
             _check_param_for_search(path, dist, algo)
         if self.oom_backoff is not None:
-            names = [p.split(".", 1)[1] for p, _ in _iter_params(self.param_space)]
+            names = [p for p, _ in spec_paths(self.param_space, root=None)]
             if self.oom_backoff not in names:
                 hint = _closest(self.oom_backoff, names)
                 guess = f"; did you mean '{hint}'?" if hint else "."
@@ -995,16 +997,6 @@ def _origin_of(key: tuple, origins: Mapping[tuple, str]) -> str | None:
         if key[:i] in origins:
             return origins[key[:i]]
     return None
-
-
-def _iter_params(space: Mapping[str, Any], prefix: str = "param_space") -> Iterable[tuple[str, Any]]:
-    """Yield ``(dotted path, value)`` for every leaf of a parameter space."""
-    for key, value in space.items():
-        path = f"{prefix}.{key}"
-        if isinstance(value, dict):
-            yield from _iter_params(value, path)
-        else:
-            yield path, value
 
 
 _BOHB_UNSUPPORTED = {"quniform", "qloguniform", "randn", "qrandn", "grid"}

@@ -27,15 +27,15 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["REMOTE_SCHEMES", "TUNER_FILES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
+from tuner.layout import CHECKPOINT_PREFIX, DOWNLOAD_SUFFIX, LOCK_FILE, TMP_SUFFIX
+
+__all__ = ["REMOTE_SCHEMES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
            "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text", "download", "upload",
            "to_uri", "StorageError"]
 
 #: URI schemes pyarrow.fs opens as a cloud or cluster filesystem (``FileSystem.from_uri``).
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-#: Files tuner writes into the experiment folder (uploaded to a cloud URI after writing).
-TUNER_FILES = ("spec.yaml", "tuner_run.json", "summary.json", "best_config.yaml", "results.csv", "tuner.log")
 
 
 class StorageError(RuntimeError):
@@ -198,7 +198,7 @@ def list_names(location: str) -> list[str]:
 
 
 def _is_checkpoint(rel: str) -> bool:
-    return any(p.startswith("checkpoint_") for p in rel.split("/")[:-1])
+    return any(p.startswith(CHECKPOINT_PREFIX) for p in rel.split("/")[:-1])
 
 
 def download(location: str, mirror: str | os.PathLike, checkpoints: bool = False, top_level: bool = False) -> int:
@@ -232,7 +232,7 @@ def download(location: str, mirror: str | os.PathLike, checkpoints: bool = False
             target.parent.mkdir(parents=True, exist_ok=True)
             with fs.open_input_stream(info.path) as src:
                 data = src.read()
-            tmp = target.with_name(target.name + ".part")
+            tmp = target.with_name(target.name + DOWNLOAD_SUFFIX)
             tmp.write_bytes(data)
             os.replace(tmp, target)
             if mtime is not None:
@@ -263,8 +263,8 @@ def upload(mirror: str | os.PathLike, location: str, names: tuple[str, ...] | No
     copied = 0
     try:
         for file in files:
-            if not file.is_file() or file.is_symlink() or file.name == ".tuner.lock" or file.name.endswith(
-                    (".tmp", ".part")):
+            if not file.is_file() or file.is_symlink() or file.name == LOCK_FILE or file.name.endswith(
+                    (TMP_SUFFIX, DOWNLOAD_SUFFIX)):
                 continue
             with fs.open_output_stream(posixpath.join(root, file.name)) as out:
                 out.write(file.read_bytes())

@@ -26,6 +26,7 @@ import threading
 from typing import Any, Callable
 
 from tuner import trial
+from tuner.layout import CHECKPOINT_PREFIX, PLACEMENT_GROUP_FILE, TIMEOUT_MARKER, trial_folder_name
 from tuner.space import plain
 from tuner.spec import Spec, implements, is_class_trainable
 
@@ -41,9 +42,6 @@ class OutOfMemoryBackoffError(RuntimeError):
 
 class TrialTimeoutError(TimeoutError):
     """The trial ran longer than ``trial_timeout_s``."""
-
-
-TIMEOUT_MARKER = "trial_timeout.txt"
 
 
 class _Watchdog:
@@ -191,7 +189,7 @@ def _marker_path(name: str, experiment_path: str, trial_id: str | None = None) -
     trial_id = trial_id or _current_trial_id()
     if trial_id is None:
         return None
-    return join(experiment_path, f"{name}_{trial_id}", TIMEOUT_MARKER)
+    return join(experiment_path, trial_folder_name(name, trial_id), TIMEOUT_MARKER)
 
 
 def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> Any:
@@ -220,9 +218,6 @@ def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
             trial._latest_checkpoint = latest
 
 
-PG_FILE = ".train_placement_group"
-
-
 def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, config: dict) -> Any:
     """The per-worker entry of a DDP trial (``train_loop_per_worker``).
 
@@ -239,7 +234,7 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
         pg = ray.util.get_current_placement_group()
         if pg is not None:
             try:  # a restarted worker group adds its own group's id
-                record = join(trial_dir, PG_FILE)
+                record = join(trial_dir, PLACEMENT_GROUP_FILE)
                 write_text(record, (read_text(record) or "") + pg.id.hex() + "\n")
             except Exception:  # noqa: BLE001 - without the record the group is freed at session end
                 pass
@@ -254,7 +249,7 @@ def release_placement_groups(trial_dir: str | os.PathLike) -> int:
 
     from tuner.storage import join, read_text
 
-    text = read_text(join(os.fspath(trial_dir), PG_FILE))
+    text = read_text(join(os.fspath(trial_dir), PLACEMENT_GROUP_FILE))
     if not text:
         return 0
     ids = [line.strip() for line in text.splitlines() if line.strip()]
@@ -293,7 +288,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
     # run's checkpoints live with the experiment and survive the Ray session.
     from tuner.storage import join
 
-    trial_dir = join(experiment_path, f"{_name(fn)}_{ctx.get_trial_id()}")
+    trial_dir = join(experiment_path, trial_folder_name(_name(fn), ctx.get_trial_id()))
     config = plain(config)
     resume_from = None
     while True:
@@ -338,7 +333,8 @@ def _newest_checkpoint(run_dir: str) -> str | None:
     """
     from tuner.storage import join, list_names
 
-    names = sorted(n for n in list_names(run_dir) if re.match(r"checkpoint_\d{4}-\d\d-\d\d_", n))  # not the snapshot
+    dated = re.compile(rf"{CHECKPOINT_PREFIX}\d{{4}}-\d\d-\d\d_")  # not the snapshot
+    names = sorted(n for n in list_names(run_dir) if dated.match(n))
     return join(run_dir, names[-1]) if names else None
 
 

@@ -1,0 +1,126 @@
+"""The experiment folder's schema: the name of every file and folder in ``<storage>/<name>/``.
+
+Each name is declared once, here; the code that writes a file and the code that reads
+it both import its constant (as Syne Tune's ``syne_tune/constants.py`` does). Ray's own
+files are named as Ray names them; ``tests/test_ray_internals.py`` checks that Ray's
+constants still agree.
+
+An experiment folder holds:
+
+* tuner's records: :data:`SPEC_SNAPSHOT`, :data:`RUN_RECORD`, :data:`SUMMARY`,
+  :data:`BEST_CONFIG`, :data:`RESULTS_CSV`, :data:`LOG_FILE` (:data:`TUNER_FILES`);
+* tuner's bookkeeping: :data:`LOCK_FILE`, :data:`STATE_SNAPSHOT_DIR`, the markers
+  :data:`BUDGET_SPENT` and (in a trial folder) :data:`TIMEOUT_MARKER` and
+  :data:`PLACEMENT_GROUP_FILE`, the link :data:`RAY_LOGS_LINK`, TensorBoard's HParams
+  summary (:data:`HPARAMS_EVENTS_PREFIX`);
+* Ray Tune's state: :data:`EXPERIMENT_STATE` (and :data:`CORRUPT_SUFFIX`, a copy set
+  aside), the searcher states :data:`BASIC_VARIANT_STATE`, :data:`SEARCH_GEN_STATE`,
+  :data:`SEARCHER_STATE`;
+* one folder per trial, :func:`trial_folder_name`, with Ray's :data:`PARAMS_FILE`,
+  :data:`RESULT_FILE` and :data:`ERROR_FILE`.
+
+No Ray here (``tuner report`` reads experiment folders without Ray).
+"""
+
+from __future__ import annotations
+
+__all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV", "LOG_FILE", "TUNER_FILES",
+           "LOCK_FILE", "STATE_SNAPSHOT_DIR", "BUDGET_SPENT", "TIMEOUT_MARKER", "PLACEMENT_GROUP_FILE",
+           "RAY_LOGS_LINK", "HPARAMS_EVENTS_PREFIX", "HPARAMS_EVENTS_SUFFIX", "EVENTS_GLOB", "TMP_SUFFIX",
+           "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
+           "SEARCH_GEN_STATE", "SEARCHER_STATE", "PARAMS_FILE", "RESULT_FILE", "ERROR_FILE", "CHECKPOINT_PREFIX",
+           "trial_folder_name", "trial_id_of_folder"]
+
+# --------------------------------------------------------------------------- tuner's records
+
+#: The spec as run (YAML; a cloud URI's query and user info left out); a resume and a report read it.
+SPEC_SNAPSHOT = "spec.yaml"
+#: The run record (JSON): ``spec_source``, ``python_path``, ``trainable``, ``created``, ``resumed``, ``time_budget_s``.
+RUN_RECORD = "tuner_run.json"
+#: The run's summary (JSON): metric, mode, best trial, trial counts, errors, wall time.
+SUMMARY = "summary.json"
+#: The best trial's config (plain YAML), written when there is a best trial.
+BEST_CONFIG = "best_config.yaml"
+#: One row per trial, best first (CSV).
+RESULTS_CSV = "results.csv"
+#: Ray's driver-side log lines, kept off the console.
+LOG_FILE = "tuner.log"
+#: tuner's own files in the experiment folder, uploaded beside Ray's for a cloud experiment.
+TUNER_FILES = (SPEC_SNAPSHOT, RUN_RECORD, SUMMARY, BEST_CONFIG, RESULTS_CSV, LOG_FILE)
+
+# --------------------------------------------------------------------------- tuner's bookkeeping
+
+#: The experiment's lock: an exclusive ``flock`` held by the running ``tuner`` process (holds its pid).
+LOCK_FILE = ".tuner.lock"
+#: Folder of the last readable copy of Ray's experiment state (:class:`tuner.failures.StateSnapshots`).
+STATE_SNAPSHOT_DIR = ".tuner_state"
+#: Marker: the time budget ended the session (left by the stopper, taken by the run's caller).
+BUDGET_SPENT = "time_budget_spent"
+#: Marker in a trial folder: why ``trial_timeout_s`` ended the trial (one line).
+TIMEOUT_MARKER = "trial_timeout.txt"
+#: In a DDP trial's folder: the id of the placement group of Ray Train's workers, freed when the trial ends.
+PLACEMENT_GROUP_FILE = ".train_placement_group"
+#: Link to the Ray session's log folder (a local Ray only).
+RAY_LOGS_LINK = "ray_logs"
+#: TensorBoard's HParams experiment summary: ``events.out.tfevents.<time>.<host>.hparams``.
+HPARAMS_EVENTS_PREFIX = "events"
+#: The suffix of the HParams experiment summary's file name.
+HPARAMS_EVENTS_SUFFIX = ".hparams"
+#: TensorBoard event files directly in the experiment folder (the HParams summary).
+EVENTS_GLOB = f"{HPARAMS_EVENTS_PREFIX}.out.tfevents.*"
+#: Suffix of a file being written (``tuner.files.atomic_write``: write, then rename).
+TMP_SUFFIX = ".tmp"
+#: Suffix of a file being downloaded into a cloud experiment's mirror.
+DOWNLOAD_SUFFIX = ".part"
+
+# --------------------------------------------------------------------------- Ray Tune's state
+
+#: Ray Tune's experiment state (``TuneController.CKPT_FILE_TMPL``), ``{}`` the session's timestamp.
+EXPERIMENT_STATE = "experiment_state-{}.json"
+#: Every experiment state file in a folder (the newest sorts last).
+EXPERIMENT_STATE_GLOB = EXPERIMENT_STATE.format("*")
+#: Suffix of an unreadable experiment state set aside when a resume restores the snapshot.
+CORRUPT_SUFFIX = ".corrupt"
+#: ``grid``/``random`` searcher state (``BasicVariantGenerator.CKPT_FILE_TMPL``).
+BASIC_VARIANT_STATE = "basic-variant-state-{}.json"
+#: A searcher's wrapper state (``SearchGenerator.CKPT_FILE_TMPL``).
+SEARCH_GEN_STATE = "search_gen_state-{}.json"
+#: A searcher's own state, pickled (``Searcher.CKPT_FILE_TMPL``).
+SEARCHER_STATE = "searcher-state-{}.pkl"
+
+# --------------------------------------------------------------------------- trial folders
+
+#: A trial's config, as its train function saw it (Ray's ``EXPR_PARAM_FILE``).
+PARAMS_FILE = "params.json"
+#: A trial's results, one JSON object per line (Ray's ``EXPR_RESULT_FILE``).
+RESULT_FILE = "result.json"
+#: A trial's error and traceback (Ray's ``EXPR_ERROR_FILE``).
+ERROR_FILE = "error.txt"
+#: Prefix of a checkpoint folder's name, in a trial folder (Ray's and Ray Train's).
+CHECKPOINT_PREFIX = "checkpoint_"
+
+
+def trial_folder_name(trainable_name: str, trial_id: str) -> str:
+    """A trial's folder in the experiment: ``<trainable name>_<trial id>``.
+
+    Args:
+        trainable_name: The trainable's name (Ray's ``Trial.trainable_name``).
+        trial_id: Ray's trial id, e.g. ``1a2b3_00004``.
+    """
+    return f"{trainable_name}_{trial_id}"
+
+
+def trial_id_of_folder(folder_name: str) -> str:
+    """The trial id in a trial folder's name (see :func:`trial_folder_name`).
+
+    Ray's trial ids are ``<experiment id>_<5-digit index>``; a name that does not end
+    so is given back whole.
+
+    Args:
+        folder_name: The folder's name, e.g. ``train_1a2b3_00004``.
+
+    Returns:
+        The trial id, e.g. ``1a2b3_00004``.
+    """
+    parts = folder_name.rsplit("_", 2)
+    return "_".join(parts[-2:]) if len(parts) == 3 else folder_name

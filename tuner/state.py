@@ -1,0 +1,106 @@
+"""Ray Tune's experiment state (``experiment_state-*.json``), read without Ray.
+
+The one reader of that file: resuming (:mod:`tuner.failures`) and ``tuner report``
+(:mod:`tuner.report`) both read the trials from it, and the state snapshots are kept
+and restored by the same rules.
+
+Ray writes the file in place, so a driver killed at the wrong moment can leave it
+truncated; tuner keeps the last readable copy in ``.tuner_state/``
+(:class:`tuner.failures.StateSnapshots`). The state read is the newest file of the
+experiment folder when it parses, else the newest snapshot (what a resume restores),
+else an older file of either folder (an earlier session's, e.g. of a cloud experiment,
+which has no snapshots).
+
+No Ray here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.layout import EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
+
+__all__ = ["ExperimentState", "state_files", "newest_state_file", "load_state_file", "read_state"]
+
+
+def state_files(folder: str | os.PathLike) -> list[Path]:
+    """The experiment state files in a folder, oldest first (the names sort by time)."""
+    return sorted(Path(folder).glob(EXPERIMENT_STATE_GLOB))
+
+
+def newest_state_file(folder: str | os.PathLike) -> Path | None:
+    """The newest experiment state file in a folder (readable or not), or None."""
+    files = state_files(folder)
+    return files[-1] if files else None
+
+
+def load_state_file(file: str | os.PathLike) -> dict | None:
+    """An experiment state file's content, or None when it cannot be read or is not a JSON object
+    (truncated by a driver killed mid-write)."""
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class ExperimentState:
+    """One readable experiment state file.
+
+    Attributes:
+        file: The file read.
+        data: Its content, as Ray saved it (``trial_data``, ``runner_data``, ...).
+        mtime: Its modification time (seconds since the epoch).
+    """
+
+    file: Path
+    data: dict
+    mtime: float
+
+    @property
+    def trials(self) -> list[dict]:
+        """Every trial with an id, as Ray saved it (``trial_id``, ``status``, ``config``,
+        ``relative_logdir``, ...), in Ray's order; an entry that does not parse is skipped."""
+        out = []
+        for item in self.data.get("trial_data", []):
+            try:
+                trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
+            except ValueError:
+                continue
+            if isinstance(trial, dict) and trial.get("trial_id"):
+                out.append(trial)
+        return out
+
+    @property
+    def stopper(self) -> Any:
+        """The experiment's stopper as Ray encoded it (``runner_data._stopper``), or None."""
+        return (self.data.get("runner_data") or {}).get("_stopper")
+
+
+def read_state(experiment_path: str | os.PathLike) -> ExperimentState | None:
+    """The experiment's state: see the module's rule for which file.
+
+    Args:
+        experiment_path: The experiment folder.
+
+    Returns:
+        The state, or None when no file is readable.
+    """
+    path = Path(experiment_path)
+    folders = (path, path / STATE_SNAPSHOT_DIR)
+    newest = [f for f in map(newest_state_file, folders) if f is not None]
+    older = [f for folder in folders for f in reversed(state_files(folder)[:-1])]
+    for file in newest + older:
+        data = load_state_file(file)
+        try:
+            mtime = file.stat().st_mtime
+        except OSError:  # replaced or removed since it was read
+            continue
+        if data is not None:
+            return ExperimentState(file, data, mtime)
+    return None
