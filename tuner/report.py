@@ -141,12 +141,10 @@ def _newest_state(path: Path) -> tuple[dict | None, float]:
 
 
 def _state_trials(state: dict | None) -> list[dict]:
+    from tuner.ray_internals import saved_trials  # imports no Ray
+
     out = []
-    for item in (state or {}).get("trial_data", []):
-        try:
-            trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
-        except ValueError:
-            continue
+    for trial in saved_trials(state):
         if trial.get("trial_id"):
             out.append({"trial_id": trial["trial_id"], "status": trial.get("status"),
                         "folder": trial.get("relative_logdir") or trial.get("custom_dirname"),
