@@ -378,6 +378,9 @@ INTERNALS = [
     *(Internal(f"ray.exceptions.{name}", "tuner/failures.py: _NOT_BUGS (errors that are not the user's bug)")
       for name in ("RayActorError", "ActorDiedError", "NodeDiedError", "WorkerCrashedError", "ActorUnavailableError")),
     Internal("ray.tune.result.AUTO_RESULT_KEYS", "tuner/results.py: _RAY_KEYS"),
+    Internal("ray.tune.Trainable", "tuner/spec.py: is_class_trainable, implements (tell Ray's class by its "
+             "name and module, without importing Ray)",
+             lambda cls: equals(("Trainable", True))((cls.__name__, cls.__module__.startswith("ray.tune")))),
     Internal("ray.tune.Trainable.save_checkpoint", "tuner/spec.py: implements, check_trainable",
              source_has("raise NotImplementedError")),
     Internal("ray.tune.CheckpointConfig", "tuner/trainable.py: checkpoint_config (class trainables)",
