@@ -228,7 +228,7 @@ LEAN_TAG = r"""
 import json, sys
 import ray.air._internal.usage as air_usage
 from ray._common.usage import usage_lib
-from tuner.engine import _lean_callback_usage_tag
+from tuner.ray_internals import lean_callback_usage_tag
 from tuner.failures import ExperimentStopper, StateSnapshots
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, LoggerCallback
@@ -237,7 +237,7 @@ class Mine(Callback): pass
 class MyLogger(LoggerCallback): pass
 
 callbacks = [CSVLoggerCallback(), Mine(), MyLogger(), StateSnapshots("/nonexistent"), "not a callback"]
-_lean_callback_usage_tag()
+lean_callback_usage_tag()
 air_usage.tag_callbacks(callbacks)
 lean = usage_lib._recorded_extra_usage_tags["air_callbacks"]
 heavy = sys.modules.get("mlflow") is not None or sys.modules.get("wandb") is not None

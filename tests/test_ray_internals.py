@@ -1,16 +1,22 @@
-"""Every Ray internal that tuner/ touches is still there, with the shape tuner uses.
+"""Every Ray internal that tuner/ touches is still there, with the shape tuner uses, and
+only tuner/ray_internals.py touches them.
 
 tuner reaches past Ray's public API in places (private modules and attributes, the
-layout of the state files Ray pickles, the names of Ray's nested functions). pyproject.toml
-pins Ray to the minor version tested; these checks say which internal moved, and which
-tuner module depends on it, when Ray is upgraded.
+layout of the state files Ray saves, the names of Ray's nested functions), each behind
+one entry of ``tuner/ray_internals.py``. pyproject.toml pins Ray to the minor version
+tested; these checks say which internal moved, and which entry and tuner module depend on
+it, when Ray is upgraded.
 
-To add one: a row in ``INTERNALS`` (checked by importing and inspecting Ray), or in
-``STATE_KEYS`` / ``RUN_INTERNALS`` (checked on the files and objects of a tiny real run).
+To add one: an entry in tuner/ray_internals.py (and its ``__all__``), and a row in
+``INTERNALS`` whose ``via`` names it (checked by importing and inspecting Ray, without
+starting it), or in ``CHECKED_ON_A_RUN`` with a check on the files and objects of a tiny
+real run (the tests that take ``tiny_runs`` start Ray). A touch of Ray's private names in
+any other module of tuner/ fails ``test_no_module_but_ray_internals_touches_a_ray_private_name``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -67,6 +73,17 @@ def source_has(*texts: str) -> Callable[[Any], None]:
     return check
 
 
+def no_slots(cls: Any) -> None:
+    """Instances take new attributes (tuner keeps one on them)."""
+    assert not any("__slots__" in vars(k) for k in cls.__mro__ if k is not object), f"{cls} has __slots__"
+
+
+def _qualname_owner(method: Any) -> Any:
+    """The class a method (``Class.method``) is defined on."""
+    module = importlib.import_module(method.__module__)
+    return getattr(module, method.__qualname__.rsplit(".", 1)[0])
+
+
 def all_of(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
     def check(obj: Any) -> None:
         for one in checks:
@@ -110,71 +127,269 @@ def _newest_checkpoint_finds(storage_context) -> None:
 
 @dataclass(frozen=True)
 class Internal:
-    """One Ray internal: its dotted name, the tuner code that uses it, and how to check its shape."""
+    """One Ray internal: its dotted name, the tuner code that uses it, and how to check its shape.
+
+    ``via`` names the entry of ``tuner/ray_internals.py`` that reaches it ("" for a public
+    Ray name that another module uses directly, checked here because tuner relies on
+    undocumented behaviour behind it).
+    """
 
     name: str
     used_by: str
     check: Callable[[Any], None] = exists
+    via: str = ""
 
+
+def _ri(name: str) -> Any:
+    return _tuner(f"tuner.ray_internals.{name}")
+
+
+def _tbx_callback(cls):
+    pytest.importorskip("tensorboardX")
+    return cls()
+
+
+def _mixin_fits(mixin: str, *subclass_hooks: str) -> Callable[[Any], None]:
+    """The Ray class has every private name the ray_internals mixin overrides or calls, and
+    none of the public names the mixin and tuner's subclass add (they would replace Ray's)."""
+    def check(ray_cls: Any) -> None:
+        names = [n for n in vars(_ri(mixin)) if not n.startswith("__")]
+        private = [n for n in names if n.startswith("_")]
+        public = [n for n in names if not n.startswith("_")] + list(subclass_hooks)
+        missing = [n for n in private if not hasattr(ray_cls, n)]
+        assert not missing, f"no {missing} (tuner.ray_internals.{mixin} overrides or calls them)"
+        import re
+
+        assigned = set()
+        for klass in ray_cls.__mro__:
+            if klass.__module__.split(".")[0] == "ray":
+                assigned.update(re.findall(r"self\.(\w+)\s*=", inspect.getsource(klass)))
+        clash = [n for n in public if hasattr(ray_cls, n) or n in assigned]
+        assert not clash, f"Ray now defines {clash}, which tuner.ray_internals.{mixin} and its subclass add"
+    return check
+
+
+def _signal_handler_is_seen(setup: Callable[[], Any]) -> None:
+    """tune_run_catches_signals is True once Ray's handlers are in (run in the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+        pytest.skip("Ray installs its handlers in the main thread only")
+    saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1)
+    try:
+        assert not _ri("tune_run_catches_signals")()
+        setup()
+        assert _ri("tune_run_catches_signals")(), "Ray's SIGUSR1 handler is not recognised"
+    finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGUSR1, saved[1])
+
+
+def _bohb_state_is_read(cls) -> None:
+    """bohb_state finds its parts in what a real TuneBOHB saves (its ``__dict__``)."""
+    pytest.importorskip("hpbandster")
+    from ray import tune
+
+    searcher = cls(space={"x": tune.uniform(0, 1), "y": tune.choice([1, 2])}, metric="loss", mode="min")
+    parts = _ri("bohb_state")(dict(vars(searcher)))
+    assert parts is not None, "bohb_state does not recognise a TuneBOHB"
+    known, names, paused = parts
+    assert known == {} and names == {"x", "y"} and paused == set()
+
+
+def _placement_group_round_trip(pg_id_cls) -> None:
+    pg_id = pg_id_cls.from_random().hex()
+    assert _ri("placement_group")(pg_id).id.hex() == pg_id
+
+
+#: The mixins of tuner/ray_internals.py, the tuner class that puts each before Ray's, and the
+#: methods that tuner class defines for the mixin to call.
+ROUTED = {
+    "CLIReporterHooks": ("tuner.reporting.TableReporter", ("table_best_trial", "edit_table")),
+    "TBXLoggerHooks": ("tuner.reporting.HParamsTBXCallback", ("log_hparams",)),
+    "WandbLoggerHooks": ("tuner.reporting.WandbCallback", ("init_kwargs", "actor_env")),
+}
 
 INTERNALS = [
-    # tuner/cluster.py
-    Internal("ray._raylet.Config.initialize", "tuner/cluster.py: use_token_if_available (refresh the auth mode)",
-             params("config_list")),
-    Internal("ray._common.constants.HEAD_NODE_RESOURCE_NAME", "tuner/cluster.py: HEAD_RESOURCE (submit_job)",
-             equals(_tuner("tuner.cluster.HEAD_RESOURCE"))),
-    Internal("ray._private.runtime_env.constants.RAY_JOB_CONFIG_JSON_ENV_VAR",
-             "tuner/cluster.py: RAY_JOB_CONFIG (ray_session inside a job)", equals(_tuner("tuner.cluster.RAY_JOB_CONFIG"))),
-    *(Internal(f"{module}.logger", "tuner/cluster.py: JOBS_CLIENT_LOGGERS (job_client quiets them)",
-               attrs("setLevel")) for module in _tuner("tuner.cluster.JOBS_CLIENT_LOGGERS") if module != "ray"),
-    # tuner/engine.py
-    # tuner replaces tag_callbacks in the module once a run has started: read Ray's from the source file.
-    Internal("ray.air._internal.usage", "tuner/engine.py: _lean_callback_usage_tag (replaces tag_callbacks)",
-             source_has("def tag_callbacks(callbacks")),
-    Internal("ray.air._internal.usage._count_callbacks", "tuner/engine.py: _lean_callback_usage_tag"),
-    Internal("ray.air._internal.usage.record_extra_usage_tag", "tuner/engine.py: _lean_callback_usage_tag"),
-    Internal("ray.air._internal.usage.TagKey.AIR_CALLBACKS", "tuner/engine.py: _lean_callback_usage_tag"),
-    Internal("ray.tune.utils.callback.DEFAULT_CALLBACK_CLASSES", "tuner/engine.py: _lean_callback_usage_tag"),
-    Internal("ray.tune.tune.run", "tuner/engine.py: _lean_callback_usage_tag (Ray calls the replaced function)",
-             source_has("air_usage.tag_callbacks(")),
+    # the trial's process
+    Internal("ray.train._internal.session.get_session", "tuner/trainable.py: _guard_reports (the NaN guard)",
+             params(), via="tune_session"),
+    Internal("ray.train._internal.session._TrainSession.report",
+             "tuner/trainable.py: _guard_reports (the session's report is wrapped)",
+             all_of(params("metrics", "checkpoint"), _called(_qualname_owner, no_slots)),
+             via="guard_session_report"),
+    Internal("ray.tune.trainable.trainable_fn_utils.report", "tuner/trainable.py: _guard_reports (ray.tune.report "
+             "goes through the session)", source_has("get_session().report("), via="guard_session_report"),
+    Internal("ray.tune.trainable.function_trainable.wrap_function",
+             "tuner/trainable.py: _guard_reports (a returned dict goes through the session)",
+             source_has("get_session().report(output)"), via="guard_session_report"),
+    Internal("ray.tune.result.TRIAL_INFO", "tuner/trainable.py: class_trainable", equals("__trial_info__"),
+             via="trial_id_in_config"),
+    Internal("ray.tune.Trainable.__init__", "tuner/trainable.py: class_trainable (wraps setup via __init__)",
+             all_of(params("config", "storage"), source_has("self.config.pop(TRIAL_INFO", "self.setup(")),
+             via="trial_id_in_config"),
+    Internal("ray.tune.Trainable.reset", "tuner/trainable.py: class_trainable (plain configs on reuse)",
+             all_of(params("new_config"), source_has("self.reset_config(new_config)")), via="trial_id_in_config"),
+    Internal("ray.tune.trainable.trainable_fn_utils._in_tune_session", "tuner/trial.py: in_tune", params(),
+             via="in_tune_session"),
+    Internal("ray.train.v2._internal.execution.storage.StorageContext",
+             "tuner/trainable.py: _newest_checkpoint (Ray Train's checkpoint folder names)", _newest_checkpoint_finds,
+             via="TRAIN_CHECKPOINT_DIR"),
+    Internal("ray._raylet.PlacementGroupID", "tuner/trainable.py: release_placement_groups",
+             all_of(_called(lambda cls: cls(cls.from_random().binary()), attrs("hex")), _placement_group_round_trip),
+             via="placement_group"),
+    Internal("ray.util.placement_group.PlacementGroup", "tuner/trainable.py: release_placement_groups",
+             params("id"), via="placement_group"),
+    # Ray Tune's trials, experiment state and results (the values: test_run_objects_keep_the_attributes_tuner_uses)
+    Internal("ray.train._internal.storage.StorageContext",
+             "tuner/failures.py: ExperimentStopper, PlacementGroupReleaser; tuner/reporting.py: TableReporter",
+             all_of(attrs("experiment_fs_path"), source_has("self.trial_dir_name = trial_dir_name")),
+             via="trial_dir_name"),
+    Internal("ray.tune.experiment.Trial.__init__", "tuner/failures.py: ExperimentStopper.on_experiment_end",
+             source_has("self.storage = "), via="name_trial_dir"),
+    Internal("ray.tune.experiment.Trial.init_local_path", "tuner/failures.py: ExperimentStopper.on_experiment_end",
+             params(), via="name_trial_dir"),
+    Internal("ray.train._internal.storage.StorageContext.experiment_fs_path",
+             "tuner/reporting.py: TableReporter (the folder line)", via="experiment_fs_path"),
+    Internal("ray.tune.ResultGrid.__init__", "tuner/results.py: _statuses",
+             source_has("self._experiment_analysis = experiment_analysis"), via="result_grid_trials"),
+    Internal("ray.tune.execution.tune_controller.TuneController.save_to_dir",
+             "tuner/failures.py: _live_trials, _ended_trials; tuner/report.py: _state_trials",
+             source_has('"trial_data": list(self._get_trial_checkpoints().values())'), via="saved_trials"),
+    Internal("ray.tune.execution.tune_controller.TuneController.save_to_dir", "tuner/failures.py: time_budget_used",
+             source_has('"runner_data": self.__getstate__()'), via="saved_stopper"),
+    Internal("ray.tune.execution.tune_controller.TuneController.__init__", "tuner/failures.py: time_budget_used",
+             source_has("self._stopper = stopper"), via="saved_stopper"),
+    Internal("ray.tune.utils.serialization.TuneFunctionDecoder", "tuner/failures.py: time_budget_used",
+             params("allow_cloudpickle"), via="saved_stopper"),
     Internal("ray.tune.tune._setup_signal_catching",
-             "tuner/engine.py: _InterruptWatch; tuner/failures.py: the SIGUSR1 stop (handler name)",
-             source_has("def signal_interrupt_tune_run(", "signal.SIGUSR1")),
-    # tuner/failures.py
-    Internal("ray.tune.experiment.Trial.init_local_path", "tuner/failures.py: ExperimentStopper.on_experiment_end"),
-    Internal("ray.tune.experiment.Trial.error_file", "tuner/failures.py: _is_user_bug"),
-    *(Internal(f"ray.exceptions.{name}", "tuner/failures.py: _NOT_BUGS (errors that are not the user's bug)")
-      for name in ("RayActorError", "ActorDiedError", "NodeDiedError", "WorkerCrashedError", "ActorUnavailableError")),
+             "tuner/failures.py: _pause_tune_run (the SIGUSR1 stop); tuner/engine.py: _InterruptWatch",
+             all_of(source_has(f"def {_ri('_TUNE_SIGNAL_HANDLER')}(", "signal.SIGUSR1",
+                               "signal.signal(signal.SIGINT, original_handler)"), _signal_handler_is_seen),
+             via="tune_run_catches_signals"),
+    # tuner replaces tag_callbacks in the module once a run has started: read Ray's from the source file.
+    Internal("ray.air._internal.usage", "tuner/engine.py: _before_ray_tune (replaces tag_callbacks)",
+             source_has("def tag_callbacks(callbacks"), via="lean_callback_usage_tag"),
+    Internal("ray.air._internal.usage._count_callbacks", "tuner/engine.py: _before_ray_tune",
+             via="lean_callback_usage_tag"),
+    Internal("ray.air._internal.usage.record_extra_usage_tag", "tuner/engine.py: _before_ray_tune",
+             via="lean_callback_usage_tag"),
+    Internal("ray.air._internal.usage.TagKey.AIR_CALLBACKS", "tuner/engine.py: _before_ray_tune",
+             via="lean_callback_usage_tag"),
+    Internal("ray.tune.utils.callback.DEFAULT_CALLBACK_CLASSES", "tuner/engine.py: _before_ray_tune",
+             via="lean_callback_usage_tag"),
+    Internal("ray.tune.tune.run", "tuner/engine.py: _before_ray_tune (Ray calls the replaced function)",
+             source_has("air_usage.tag_callbacks("), via="lean_callback_usage_tag"),
+    # searcher state (the keys in real files: test_pickled_searcher_state_keeps_the_keys_tuner_rewrites)
+    Internal("ray.tune.search.basic_variant.BasicVariantGenerator.__init__", "tuner/failures.py: reopen_searcher",
+             source_has(*(f"self.{k} =" for k in ("_live_trials", "_total_samples", "_iterators", "_uuid_prefix",
+                                                  "_constant_grid_search", "_random_state", "_finished"))),
+             via="reopen_basic_variant_state"),
+    Internal("ray.tune.search.basic_variant.BasicVariantGenerator.get_state", "tuner/failures.py: reopen_searcher",
+             source_has("state = self.__dict__.copy()"), via="reopen_basic_variant_state"),
     Internal("ray.tune.search.basic_variant._TrialIterator", "tuner/failures.py: reopen_searcher (more samples)",
-             params("uuid_prefix", "num_samples", "unresolved_spec", "constant_grid_search", "start", "random_state")),
+             all_of(params("uuid_prefix", "num_samples", "unresolved_spec", "constant_grid_search", "start",
+                           "random_state"), source_has("self.unresolved_spec = unresolved_spec")),
+             via="reopen_basic_variant_state"),
     Internal("ray.tune.search.basic_variant.BasicVariantGenerator.CKPT_FILE_TMPL",
              "tuner/layout.py: BASIC_VARIANT_STATE (tuner/failures.py: reopen_searcher)",
              equals(_tuner("tuner.layout.BASIC_VARIANT_STATE"))),
     Internal("ray.tune.search.search_generator.SearchGenerator.CKPT_FILE_TMPL",
              "tuner/layout.py: SEARCH_GEN_STATE (tuner/failures.py: reopen_searcher)",
              equals(_tuner("tuner.layout.SEARCH_GEN_STATE"))),
+    Internal("ray.tune.search.search_generator.SearchGenerator.get_state", "tuner/failures.py: reopen_searcher",
+             source_has('"counter": self._counter', '"total_samples": self._total_samples',
+                        '"finished": self._finished'), via="reopen_search_generator_state"),
+    Internal("ray.tune.search.search_generator.SearchGenerator.save_to_dir", "tuner/failures.py: reopen_searcher",
+             source_has('search_alg_state["name:" + searcher_name] = searcher.get_state()'),
+             via="reopen_search_generator_state"),
+    Internal("ray.tune.search.ConcurrencyLimiter.__init__", "tuner/failures.py: reopen_searcher",
+             source_has("self.live_trials = set()", "self.num_unfinished_live_trials = 0"),
+             via="reopen_search_generator_state"),
+    Internal("ray.tune.search.ConcurrencyLimiter.get_state", "tuner/failures.py: reopen_searcher",
+             source_has("state = self.__dict__.copy()"), via="reopen_search_generator_state"),
+    Internal("ray.tune.search.bohb.TuneBOHB", "tuner/failures.py: _remind_bohb_of_live_trials",
+             all_of(source_has("self.trial_to_params = {}", "self.paused = set()", "self.bohber = BOHB(",
+                               "self._space = "), _called(lambda cls: cls.save, source_has("self.__dict__")),
+                    _bohb_state_is_read),
+             via="bohb_state"),
     Internal("ray.tune.search.Searcher.CKPT_FILE_TMPL",
              "tuner/layout.py: SEARCHER_STATE (tuner/failures.py: _remind_bohb_of_live_trials)",
              equals(_tuner("tuner.layout.SEARCHER_STATE"))),
-    Internal("ray.tune.utils.util._atomic_save", "tuner/failures.py: reopen_searcher",
-             params("state", "checkpoint_dir", "file_name", "tmp_file_name")),
-    Internal("ray.tune.utils.serialization.TuneFunctionDecoder", "tuner/failures.py: time_budget_used",
-             params("allow_cloudpickle")),
-    # tuner/reporting.py
-    Internal("ray.air.util.node._force_on_current_node", "tuner/reporting.py: WandbCallback._start_logging_actor",
-             # Called with nothing it returns the options dict tuner unpacks (calling it here would start a Ray).
-             all_of(params("remote_func_or_actor_class"), source_has("_force_on_node(current_node_id, remote_func_or_actor_class)"))),
-    Internal("ray._private.worker._global_node", "tuner/reporting.py: _ray_started_here"),
+    Internal("ray.tune.utils.util._atomic_save", "tuner/failures.py: reopen_searcher, _remind_bohb_of_live_trials",
+             params("state", "checkpoint_dir", "file_name", "tmp_file_name"), via="save_searcher_state"),
+    # schedulers and the Tune controller
+    Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
+             _called(lambda cls: cls(), attrs("_trial_info")), via="hyperband_bracket"),
+    Internal("ray.tune.schedulers.HyperBandScheduler.on_trial_add", "tuner/algorithms.py: _NeverWaitForever",
+             source_has("self._trial_info[trial] = cur_bracket, self._state"), via="hyperband_bracket"),
+    Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
+             _called(lambda cls: cls(), attrs("_trial_info")), via="hyperband_knows"),
+    Internal("ray.tune.schedulers.HyperBandScheduler.on_trial_remove",
+             "tuner/algorithms.py: _NeverWaitForever", params("tune_controller", "trial"), via="hyperband_bracket"),
+    Internal("ray.tune.schedulers.hyperband._Bracket", "tuner/algorithms.py: _NeverWaitForever",
+             attrs("finished", "current_trials"), via="finished_bracket_trials"),
+    Internal("ray.tune.schedulers.HyperBandScheduler.choose_trial_to_run",
+             "tuner/algorithms.py: _NeverWaitForever (unpauses a trial when none runs)",
+             params("tune_controller")),
+    Internal("ray.tune.schedulers.HyperBandScheduler._unpause_trial", "tuner/algorithms.py: _NeverWaitForever",
+             params("tune_controller", "trial"), via="hyperband_unpause"),
+    Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
+             _called(lambda cls: cls(time_attr="t"), lambda s: equals("t")(s._time_attr)), via="scheduler_time_attr"),
+    Internal("ray.tune.execution.tune_controller.TuneController.get_trials",
+             "tuner/algorithms.py: _NeverWaitForever", params(), via="controller_trials"),
+    Internal("ray.tune.execution.tune_controller.TuneController.stop_trial",
+             "tuner/algorithms.py: _NeverWaitForever", params("trial"), via="controller_stop_trial"),
+    # reporters and logger callbacks
+    Internal("ray.tune.CLIReporter", "tuner/reporting.py: TableReporter",
+             all_of(_mixin_fits("CLIReporterHooks", *ROUTED["CLIReporterHooks"][1], "progress", "location"),
+                    _called(lambda cls: cls(), attrs("_metric", "_mode", "_total_samples", "_last_report_time"))),
+             via="CLIReporterHooks"),
+    Internal("ray.tune.progress_reporter.TuneReporterBase._progress_str", "tuner/reporting.py: TableReporter",
+             params("trials", "done", "sys_info", "fmt", "delim"), via="CLIReporterHooks"),
+    Internal("ray.tune.progress_reporter.TuneReporterBase._current_best_trial", "tuner/reporting.py: TableReporter",
+             all_of(params("trials"), source_has("return best_trial, metric")), via="CLIReporterHooks"),
+    Internal("ray.tune.progress_reporter.TuneReporterBase.should_report",
+             "tuner/reporting.py: TableReporter.setup (the first table one period after the start)",
+             source_has("self._last_report_time"), via="CLIReporterHooks"),
+    Internal("ray.tune.logger.TBXLoggerCallback", "tuner/reporting.py: HParamsTBXCallback",
+             all_of(_mixin_fits("TBXLoggerHooks", *ROUTED["TBXLoggerHooks"][1]),
+                    _called(_tbx_callback, attrs("_trial_result", "_trial_writer")),
+                    _called(lambda cls: cls.log_trial_end, source_has("self._try_log_hparams(trial, "))),
+             via="TBXLoggerHooks"),
     Internal("ray.air.integrations.wandb.WandbLoggerCallback._start_logging_actor",
-             "tuner/reporting.py: WandbCallback", params("trial", "exclude_results")),
+             "tuner/reporting.py: WandbCallback", all_of(params("trial", "exclude_results", "wandb_init_kwargs"),
+                                                          source_has("if not self._remote_logger_class:")),
+             via="WandbLoggerHooks"),
     Internal("ray.air.integrations.wandb.WandbLoggerCallback", "tuner/reporting.py: WandbCallback",
-             all_of(attrs("_logger_actor_cls"), _called(_wandb_callback, attrs("_remote_logger_class", "kwargs")))),
+             all_of(attrs("_logger_actor_cls"), _mixin_fits("WandbLoggerHooks", *ROUTED["WandbLoggerHooks"][1]),
+                    _called(_wandb_callback, attrs("_remote_logger_class", "kwargs"))), via="WandbLoggerHooks"),
+    Internal("ray.air.util.node._force_on_current_node", "tuner/reporting.py: WandbCallback",
+             # Called with nothing it returns the options dict tuner unpacks (calling it here would start a Ray).
+             all_of(params("remote_func_or_actor_class"),
+                    source_has("_force_on_node(current_node_id, remote_func_or_actor_class)")),
+             via="WandbLoggerHooks"),
     Internal("ray.air.integrations.mlflow.MLflowLoggerCallback", "tuner/reporting.py: MLflowCallback.setup",
              _called(lambda cls: cls(tracking_uri="file:/tmp/x"), attrs("tracking_uri"))),
-    # tuner/resources.py
+    # the Ray process, the cluster and its jobs
+    Internal("ray._private.worker._global_node", "tuner/reporting.py: WandbCallback", via="ray_started_here"),
     Internal("ray._private.accelerators.NvidiaGPUAcceleratorManager.get_current_node_num_accelerators",
-             "tuner/resources.py: _nvidia_gpus", params()),
-    # tuner/params.py, tuner/layout.py (Ray-free copies of Ray's names)
+             "tuner/resources.py: _nvidia_gpus", params(), via="nvidia_gpu_count"),
+    Internal("ray._raylet.Config.initialize", "tuner/cluster.py: use_token_if_available (refresh the auth mode)",
+             params("config_list"), via="refresh_auth_mode"),
+    Internal("ray._common.constants.HEAD_NODE_RESOURCE_NAME", "tuner/cluster.py: submit_job",
+             equals(_ri("HEAD_RESOURCE")), via="HEAD_RESOURCE"),
+    Internal("ray._private.runtime_env.constants.RAY_JOB_CONFIG_JSON_ENV_VAR",
+             "tuner/cluster.py: ray_session; tuner/engine.py: _ship_user_packages (inside a job)",
+             equals(_ri("RAY_JOB_CONFIG")), via="RAY_JOB_CONFIG"),
+    *(Internal(f"{module}.logger", "tuner/cluster.py: job_client (quiets them)", attrs("setLevel"),
+               via="JOBS_CLIENT_LOGGERS") for module in _ri("JOBS_CLIENT_LOGGERS") if module != "ray"),
+    # public Ray names whose undocumented behaviour tuner relies on, used where they are needed
+    Internal("ray.tune.experiment.Trial.error_file", "tuner/failures.py: _is_user_bug"),
+    *(Internal(f"ray.exceptions.{name}", "tuner/failures.py: _NOT_BUGS (errors that are not the user's bug)")
+      for name in ("RayActorError", "ActorDiedError", "NodeDiedError", "WorkerCrashedError", "ActorUnavailableError")),
+    # Ray-free copies of Ray's names (tuner/params.py, tuner/layout.py)
     Internal("ray.tune.result.AUTO_RESULT_KEYS", "tuner/params.py: RAY_RESULT_KEYS (results.csv, tuner report)",
              subset_of(_tuner("tuner.params.RAY_RESULT_KEYS"))),
     Internal("ray.tune.execution.tune_controller.TuneController.CKPT_FILE_TMPL",
@@ -184,50 +399,18 @@ INTERNALS = [
                equals(_tuner(f"tuner.layout.{name}")))
       for ray_name, name in (("EXPR_PARAM_FILE", "PARAMS_FILE"), ("EXPR_RESULT_FILE", "RESULT_FILE"),
                              ("EXPR_ERROR_FILE", "ERROR_FILE"))),
-    # tuner/trainable.py
-    Internal("ray._raylet.PlacementGroupID", "tuner/trainable.py: release_placement_groups",
-             _called(lambda cls: cls(cls.from_random().binary()), attrs("hex"))),
-    Internal("ray.train.v2._internal.execution.storage.StorageContext",
-             "tuner/trainable.py: _newest_checkpoint (Ray Train's checkpoint folder names)", _newest_checkpoint_finds),
-    # tuner/ray_internals.py (used by tuner/trainable.py)
-    Internal("ray.train._internal.session.get_session", "tuner/ray_internals.py: tune_session (the NaN guard)",
-             params()),
-    Internal("ray.train._internal.session._TrainSession.report",
-             "tuner/trainable.py: _guard_reports (wraps the session's report)", params("metrics", "checkpoint")),
-    Internal("ray.tune.trainable.trainable_fn_utils.report", "tuner/trainable.py: _guard_reports (ray.tune.report "
-             "goes through the session)", source_has("get_session().report(")),
-    Internal("ray.tune.trainable.function_trainable.wrap_function",
-             "tuner/trainable.py: _guard_reports (a returned dict goes through the session)",
-             source_has("get_session().report(output)")),
-    Internal("ray.tune.result.TRIAL_INFO", "tuner/ray_internals.py: trial_id_in_config", equals("__trial_info__")),
-    Internal("ray.tune.Trainable.__init__", "tuner/trainable.py: class_trainable (wraps setup via __init__)",
-             all_of(params("config", "storage"), source_has("self.config.pop(TRIAL_INFO", "self.setup("))),
-    Internal("ray.tune.Trainable.reset", "tuner/trainable.py: class_trainable (plain configs on reuse)",
-             all_of(params("new_config"), source_has("self.reset_config(new_config)"))),
+    Internal("ray.tune.Trainable", "tuner/spec.py: is_class_trainable, implements (tell Ray's class by its "
+             "name and module, without importing Ray)",
+             lambda cls: equals(("Trainable", True))((cls.__name__, cls.__module__.startswith("ray.tune")))),
     Internal("ray.tune.Trainable.save_checkpoint", "tuner/spec.py: implements, check_trainable",
              source_has("raise NotImplementedError")),
     Internal("ray.tune.CheckpointConfig", "tuner/trainable.py: checkpoint_config (class trainables)",
              params("num_to_keep", "checkpoint_frequency", "checkpoint_at_end")),
-    Internal("ray.tune.progress_reporter.TuneReporterBase.should_report",
-             "tuner/reporting.py: TableReporter.setup (the first table one period after the start)",
-             source_has("self._last_report_time")),
-    # tuner/trial.py
-    Internal("ray.tune.trainable.trainable_fn_utils._in_tune_session", "tuner/trial.py: in_tune", params()),
-    # tuner/algorithms.py
-    Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
-             _called(lambda cls: cls(), attrs("_trial_info"))),
-    Internal("ray.tune.schedulers.HyperBandScheduler.on_trial_remove",
-             "tuner/algorithms.py: _NeverWaitForever", params("tune_controller", "trial")),
-    Internal("ray.tune.schedulers.hyperband._Bracket", "tuner/algorithms.py: _NeverWaitForever",
-             attrs("finished", "current_trials")),
-    Internal("ray.tune.schedulers.HyperBandScheduler.choose_trial_to_run",
-             "tuner/algorithms.py: _NeverWaitForever (unpauses a trial when none runs)",
-             params("tune_controller")),
-    Internal("ray.tune.schedulers.HyperBandScheduler._unpause_trial", "tuner/algorithms.py: _NeverWaitForever",
-             params("tune_controller", "trial")),
-    Internal("ray.tune.execution.tune_controller.TuneController.stop_trial",
-             "tuner/algorithms.py: _NeverWaitForever", params("trial")),
 ]
+
+#: Entries of tuner/ray_internals.py checked on a tiny real run (below) rather than in INTERNALS.
+CHECKED_ON_A_RUN = {"saved_trials", "saved_stopper", "result_grid_trials", "trial_dir_name", "ray_started_here",
+                    "reopen_basic_variant_state", "reopen_search_generator_state"}
 
 #: Environment variables tuner sets for Ray (tuner/reporting.py: prepare_console): Ray's source reads them.
 RAY_ENV_VARS = {
@@ -252,13 +435,14 @@ def _resolve(name: str) -> Any:
     raise ImportError(name)
 
 
-@pytest.mark.parametrize("internal", INTERNALS, ids=lambda i: i.name)
+@pytest.mark.parametrize("internal", INTERNALS, ids=lambda i: f"{i.name}[{i.via}]" if i.via else i.name)
 def test_ray_internal_is_still_there(internal: Internal):
     try:
         obj = _resolve(internal.name)
         internal.check(obj)
     except (ImportError, AttributeError, AssertionError, TypeError, ValueError) as err:
-        pytest.fail(f"{internal.name}, used by {internal.used_by}, moved or changed: {type(err).__name__}: {err}")
+        user = f"tuner.ray_internals.{internal.via} ({internal.used_by})" if internal.via else internal.used_by
+        pytest.fail(f"{internal.name}, used by {user}, moved or changed: {type(err).__name__}: {err}")
 
 
 @pytest.mark.parametrize("variable", RAY_ENV_VARS)
@@ -273,6 +457,361 @@ def test_the_check_fails_on_a_moved_internal():
         _resolve("ray.tune.search.basic_variant._NoSuchIterator")
     with pytest.raises(AssertionError):
         params("no_such_parameter")(_resolve("ray.tune.utils.util._atomic_save"))
+
+
+@pytest.mark.parametrize("mixin", ROUTED)
+def test_tuner_classes_take_rays_hooks_through_the_mixins(mixin):
+    """Ray calls the mixin's private hooks on tuner's class (the mixin comes first), and they find
+    the methods tuner's class defines for them."""
+    where, hooks = ROUTED[mixin]
+    if mixin == "WandbLoggerHooks":
+        pytest.importorskip("wandb")
+    cls, hooks_cls = _tuner(where), _ri(mixin)
+    assert hooks_cls in cls.__mro__
+    for name in (n for n in vars(hooks_cls) if not n.startswith("__")):
+        assert getattr(cls, name) is getattr(hooks_cls, name), f"{where}.{name} is not the mixin's"
+    missing = [h for h in hooks if h not in vars(cls)]
+    assert not missing, f"{where} does not define {missing}, which tuner.ray_internals.{mixin} calls"
+
+
+def test_the_table_reporter_works_through_its_hooks():
+    """Ray-free: the clock, the best trial and the table text of tuner's TableReporter go through Ray's hooks."""
+    import time
+
+    from tuner.reporting import TableReporter
+
+    reporter = TableReporter(metric_columns=["loss"])
+    reporter.setup(start_time=time.time(), total_samples=3, metric="loss", mode="min")
+    assert reporter.reporter_metric == "loss" and reporter.reporter_mode == "min"
+    assert reporter.reporter_total_samples == 3
+    assert not reporter.should_report([], done=False), "the first table comes at once again"
+    assert reporter._current_best_trial([]) == (None, "loss")
+    assert "== Status ==" in reporter.table_text([], False)
+
+
+# --------------------------------------------------------------------------- every entry of ray_internals is checked
+
+
+def _defined_in_ray_internals() -> set[str]:
+    """The public names tuner/ray_internals.py defines at its top level."""
+    import ast
+
+    tree = ast.parse(Path(_tuner("tuner.ray_internals.__file__")).read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+def test_every_entry_of_ray_internals_is_listed_and_checked():
+    from tuner import ray_internals
+
+    exported = set(ray_internals.__all__)
+    assert _defined_in_ray_internals() == exported, "tuner/ray_internals.py: __all__ must list every entry"
+    vias = {i.via for i in INTERNALS if i.via}
+    assert not vias - exported, f"INTERNALS names entries that tuner.ray_internals lacks: {sorted(vias - exported)}"
+    assert not CHECKED_ON_A_RUN - exported
+    unchecked = exported - vias - CHECKED_ON_A_RUN - {"CHECKED_RAY_VERSION"}
+    assert not unchecked, f"no check of Ray for tuner.ray_internals.{sorted(unchecked)}: add rows to INTERNALS"
+
+
+def test_the_installed_ray_is_the_one_the_internals_were_checked_against():
+    import ray
+
+    from tuner.ray_internals import CHECKED_RAY_VERSION
+
+    assert ray.__version__.split(".")[:2] == CHECKED_RAY_VERSION.split("."), \
+        f"Ray {ray.__version__}: read every entry of tuner/ray_internals.py against it, then set CHECKED_RAY_VERSION"
+
+
+# --------------------------------------------------------------------------- no other module touches Ray's private names
+
+_TUNER = Path(__file__).resolve().parents[1] / "tuner"
+_HOME = "ray_internals.py"
+
+
+#: Names of Ray's that are not spelt private but are no public API either (attributes of Ray's
+#: internal objects, keys of the state Ray saves, the name of Ray's signal handler): only
+#: tuner/ray_internals.py uses them, as an attribute or as a whole string.
+UNDOCUMENTED = frozenset({
+    "trial_dir_name", "experiment_fs_path", "init_local_path", "get_trials", "stop_trial", "current_trials",
+    "unresolved_spec", "signal_interrupt_tune_run", "trial_data", "runner_data", "bohber", "trial_to_params",
+    "name:ConcurrencyLimiter", "live_trials", "num_unfinished_live_trials", "tag_callbacks", "all_processes",
+    "get_current_node_num_accelerators",
+})
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and not name.startswith("_tuner_")
+
+
+def _private_module(dotted: str) -> bool:
+    """``ray._private.worker``, ``ray.train._internal``, ``ray.tune.execution``, ``ray.train.v2``..."""
+    parts = dotted.split(".")
+    return parts[0] == "ray" and (any(_private(p) for p in parts) or dotted.startswith(
+        ("ray.tune.execution", "ray.train.v2")))
+
+
+@functools.lru_cache(maxsize=None)
+def _ray_vocabulary() -> frozenset:
+    """Every ``_name`` in the installed Ray's source (tests left out)."""
+    import re
+
+    import ray
+
+    found: set[str] = set()
+    pattern = re.compile(r"\b(_[A-Za-z]\w*)")
+    for file in Path(ray.__file__).parent.rglob("*.py"):
+        if "tests" not in file.parts:
+            found.update(pattern.findall(file.read_text(encoding="utf-8", errors="replace")))
+    return frozenset(found)
+
+
+def _imports(tree) -> dict[str, str]:
+    """Local name -> what it was imported as (``ray.tune.CLIReporter``, ``os``), in any scope."""
+    import ast
+
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def _dotted(node) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    import ast
+
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def _ray_classes(tree, imports: dict[str, str]) -> dict[str, list]:
+    """Class name -> the Ray classes it extends, directly, through a class of the module, or as a
+    mixin that a class of the module puts before one."""
+    import ast
+
+    classes = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    direct: dict[str, list] = {}
+
+    def resolve(name: str, seen: frozenset = frozenset()) -> list:
+        if name in seen:
+            return []
+        out = []
+        for base in classes[name].bases:
+            dotted = _dotted(base)
+            if dotted is None:
+                continue
+            root, _, rest = dotted.partition(".")
+            if root in classes and not rest:
+                out += resolve(root, seen | {name})
+            elif imports.get(root, "").split(".")[0] == "ray":
+                out.append(_resolve(".".join(filter(None, [imports[root], rest]))))
+        return out
+
+    for name in classes:
+        direct[name] = resolve(name)
+    for name, node in classes.items():  # a mixin meets the Ray classes of the classes that use it
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                direct[base.id] = direct[base.id] + direct[name]
+    return direct
+
+
+@functools.lru_cache(maxsize=None)
+def _ray_class_names(cls: type) -> frozenset:
+    """The ``_names`` of a Ray class: its attributes and the ``self._x`` its (Ray) classes set or read."""
+    import re
+
+    names = {n for n in dir(cls) if _private(n)}
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == "ray":
+            try:
+                names.update(re.findall(r"self\.(_[A-Za-z]\w*)", inspect.getsource(klass)))
+            except (OSError, TypeError):
+                pass
+    return frozenset(n for n in names if _private(n))
+
+
+def _own_names(trees) -> set[str]:
+    """``_names`` of attributes tuner itself defines: methods and class attributes of its
+    classes, and the attributes it assigns (``self._x = ...``, ``spec._x = ...``)."""
+    import ast
+
+    own = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        own.add(item.name)
+                    elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                        targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                        own.update(t.id for t in targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+    return {n for n in own if _private(n)}
+
+
+def _touches(source: str, own: set[str]) -> list[str]:
+    """Where a module's source reaches a Ray private name (``line: what``).
+
+    * an import of a private Ray module (``_private``, ``_internal``, ``_raylet``, ...,
+      ``ray.tune.execution``, ``ray.train.v2``) or of a ``_name`` from Ray;
+    * a ``_name`` on an imported Ray module or class, and an assignment to any attribute
+      of one (a monkeypatch);
+    * in a class that extends a Ray class (or is a mixin of one): a ``self._name`` or a
+      method ``_name`` that the Ray class has;
+    * a ``_name`` of Ray's (one in Ray's source) on any other object, or as a string
+      (``getattr``, a pickled state's key), unless tuner defines that name itself;
+    * a name of :data:`UNDOCUMENTED`, as an attribute or a whole string.
+    """
+    import ast
+
+    tree = ast.parse(source)
+    imports = _imports(tree)
+    ray_classes = _ray_classes(tree, imports)
+    found = []
+
+    def add(node, what):
+        found.append(f"{getattr(node, 'lineno', '?')}: {what}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _private_module(a.name):
+                    add(node, f"import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ray":
+            for a in node.names:
+                if _private_module(node.module) or _private(a.name):
+                    add(node, f"from {node.module} import {a.name}")
+    checked = set()
+    for name, node in ((n.name, n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        ray_names = set().union(*(_ray_class_names(c) for c in ray_classes[name] if isinstance(c, type)))
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub in node.body and sub.name in ray_names:
+                add(sub, f"{name}.{sub.name} overrides Ray's")
+            elif isinstance(sub, ast.Attribute) and _private(sub.attr):
+                owner = sub.value
+                mine = isinstance(owner, ast.Name) and owner.id in ("self", "cls") or (
+                    isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super")
+                if mine:
+                    checked.add(id(sub))
+                    if sub.attr in ray_names:
+                        add(sub, f"{name}: {ast.unparse(sub)} is Ray's")
+    vocabulary = _ray_vocabulary()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            dotted = _dotted(node) or ""
+            root = dotted.split(".")[0]
+            origin = imports.get(root, "")
+            if origin.split(".")[0] == "ray":
+                if isinstance(node.ctx, ast.Store):
+                    add(node, f"{dotted} = ... patches Ray")
+                elif _private(node.attr) or _private_module(f"{origin}.{dotted.partition('.')[2]}"):
+                    add(node, dotted)
+            elif _private(node.attr) and id(node) not in checked and not origin \
+                    and node.attr in vocabulary and node.attr not in own:
+                add(node, f"{ast.unparse(node)}: Ray's {node.attr}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in UNDOCUMENTED:
+            add(node, f"{ast.unparse(node)}: Ray's undocumented {node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in UNDOCUMENTED:
+            add(node, f"the string {node.value!r}: Ray's undocumented name")
+    for node in _key_strings(tree):
+        if node.value.isidentifier() and _private(node.value) and node.value in vocabulary and node.value not in own:
+            add(node, f"the string {node.value!r}: Ray's name")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]) if f.split(":")[0].isdigit() else 0)
+
+
+def _key_strings(tree) -> list:
+    """The strings that name an attribute or a key: ``getattr(x, "_a")``, ``d["_a"]``,
+    ``d.get("_a")`` (``setdefault``, ``pop``), ``"_a" in d``, ``{"_a": ...}``."""
+    import ast
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            out.append(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) > 1 \
+                and node.func.id in ("getattr", "hasattr", "setattr", "delattr"):
+            out.append(node.args[1])
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                and node.func.attr in ("get", "setdefault", "pop"):
+            out.append(node.args[0])
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            out.append(node.left)
+        elif isinstance(node, ast.Dict):
+            out.extend(k for k in node.keys if k is not None)
+    return [n for n in out if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _tuner_trees() -> dict[str, Any]:
+    import ast
+
+    return {p.name: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(_TUNER.glob("*.py"))}
+
+
+def test_no_module_but_ray_internals_touches_a_ray_private_name():
+    trees = _tuner_trees()
+    assert _HOME in trees
+    own = _own_names(tree for name, tree in trees.items() if name != _HOME)
+    found = {name: _touches((_TUNER / name).read_text(encoding="utf-8"), own) for name in trees if name != _HOME}
+    found = {name: touches for name, touches in found.items() if touches}
+    assert not found, ("Ray's private names outside tuner/ray_internals.py (put each behind an entry there, "
+                       f"with a row here): {found}")
+
+
+BAD_TOUCHES = {
+    "private import": "from ray.tune.utils.util import _atomic_save\n",
+    "private module": "import ray._private.worker as worker\n",
+    "private module, from": "from ray.train._internal.session import get_session\n",
+    "Tune's controller": "from ray.tune.execution.tune_controller import TuneController\n",
+    "Ray Train v2": "def f():\n    from ray.train.v2.api.config import RunConfig\n",
+    "attribute of a Ray object": "def f(grid):\n    return grid._experiment_analysis.trials\n",
+    "getattr of a Ray name": "def f(grid):\n    return getattr(grid, '_experiment_analysis', None)\n",
+    "a pickled state's key": "def f(state):\n    state['_live_trials'] = set()\n",
+    "Ray's attribute in a subclass": ("from ray.tune import CLIReporter\n\nclass T(CLIReporter):\n"
+                                      "    def setup(self):\n        self._last_report_time = 0\n"),
+    "Ray's hook in a subclass": ("from ray.tune import CLIReporter\n\nclass T(CLIReporter):\n"
+                                 "    def _progress_str(self, trials, done):\n        return ''\n"),
+    "a mixin of a Ray class": ("from ray.tune.schedulers import HyperBandScheduler\n\nclass M:\n"
+                               "    def f(self, t):\n        return self._trial_info[t]\n\n"
+                               "class H(M, HyperBandScheduler):\n    pass\n"),
+    "a monkeypatch": "import ray.tune.tune as tune_module\n\ntune_module.run = None\n",
+    "a private module attribute": "import ray\n\ndef f():\n    return ray._private.worker\n",
+    "an undocumented attribute": "def f(trial):\n    return trial.storage.trial_dir_name\n",
+    "an undocumented key": "def f(state):\n    return state.get('runner_data', {})\n",
+    "Ray's signal handler": "def f(handler):\n    return handler.__name__ == 'signal_interrupt_tune_run'\n",
+}
+
+
+@pytest.mark.parametrize("what", BAD_TOUCHES)
+def test_the_scan_sees_a_touch(what):
+    own = _own_names(tree for name, tree in _tuner_trees().items() if name != _HOME)
+    assert _touches(BAD_TOUCHES[what], own), f"{what} was not seen"
+
+
+def test_the_scan_leaves_tuners_own_names_alone():
+    own = _own_names(tree for name, tree in _tuner_trees().items() if name != _HOME)
+    source = ("import os\nfrom ray.tune import Callback\nfrom tuner import trial\n\nclass Mine(Callback):\n"
+              "    def __init__(self):\n        self._paused = False\n    def _release(self):\n"
+              "        trial._configure(None)\n        os._exit(1)\n")
+    assert _touches(source, own) == []
 
 
 # --------------------------------------------------------------------------- a tiny real run
@@ -343,41 +882,56 @@ def test_pickled_searcher_state_keeps_the_keys_tuner_rewrites(tiny_runs, templat
 
 
 def test_experiment_state_file_keeps_what_tuner_reads(tiny_runs):
-    """tuner/state.py reads Ray's experiment state (for tuner/failures.py and tuner/report.py)."""
+    """tuner.ray_internals.saved_trials and saved_stopper read Ray's experiment state, through
+    tuner/state.py's read_state (for tuner/failures.py: reopen_searcher, time_budget_used; tuner/report.py)."""
+    from tuner.failures import ExperimentStopper
     from tuner.layout import EXPERIMENT_STATE_GLOB
+    from tuner.ray_internals import saved_stopper, saved_trials
     from tuner.state import read_state
 
     path = Path(tiny_runs["random"])
     states = sorted(path.glob(EXPERIMENT_STATE_GLOB))
     assert states, f"no {EXPERIMENT_STATE_GLOB} in {sorted(p.name for p in path.iterdir())}"
     state = json.loads(states[-1].read_text())
-    trials = [json.loads(item[0]) for item in state["trial_data"]]
-    assert trials and all({"trial_id", "status"} <= set(t) for t in trials)
-    assert "_stopper" in state["runner_data"]
+    trials = saved_trials(state)
+    assert len(trials) == 2 and all({"trial_id", "status", "config"} <= set(t) for t in trials)
+    stopper = saved_stopper(state)
+    assert isinstance(stopper, ExperimentStopper) and stopper.used_s >= 0
     read = read_state(path)
     assert read is not None and read.file == states[-1] and read.trials == trials
-    assert read.stopper == state["runner_data"]["_stopper"]
 
 
-#: Attributes of a finished run's objects that tuner uses: (where, attribute path, user).
-RUN_INTERNALS = [
-    ("grid", "_experiment_analysis.trials", "tuner/results.py: _statuses"),
-    ("trial", "storage.trial_dir_name", "tuner/failures.py: ExperimentStopper, PlacementGroupReleaser"),
-    ("node", "all_processes", "tuner/reporting.py: _ray_started_here"),
-]
+def test_saved_searcher_states_reopen(tiny_runs):
+    """tuner.ray_internals.reopen_*_state rewrite the states Ray saved (tuner/failures.py: reopen_searcher)."""
+    from ray import cloudpickle
+
+    from tuner.ray_internals import reopen_basic_variant_state, reopen_search_generator_state
+
+    basic = cloudpickle.loads(sorted(Path(tiny_runs["random"]).glob("basic-variant-state-*.json"))[-1].read_bytes())
+    before = basic["_total_samples"]
+    reopen_basic_variant_state(basic, set(), 2, 3)
+    assert basic["_total_samples"] == before * 3 // 2 and basic["_finished"] is False
+    assert len(basic["_iterators"]) == 2
+    searcher = cloudpickle.loads(sorted(Path(tiny_runs["optuna"]).glob("search_gen_state-*.json"))[-1].read_bytes())
+    reopen_search_generator_state(searcher, set(searcher["name:ConcurrencyLimiter"]["live_trials"]), 3)
+    assert searcher["total_samples"] == 3 and searcher["finished"] is False
+    assert searcher["name:ConcurrencyLimiter"]["live_trials"] == set()
 
 
-@pytest.mark.parametrize("where,path,user", RUN_INTERNALS, ids=[f"{w}.{p}" for w, p, _ in RUN_INTERNALS])
-def test_run_objects_keep_the_attributes_tuner_uses(tiny_runs, where, path, user):
+def test_run_objects_give_tuner_what_it_reads(tiny_runs):
+    """tuner.ray_internals on a finished run's objects: the ResultGrid's trials and a trial's folder names
+    (tuner/results.py: _statuses; tuner/failures.py; tuner/reporting.py), and whether Ray started here."""
     import ray._private.worker as worker
 
+    from tuner import ray_internals
+
     grid = tiny_runs["grid"]
-    obj = {"grid": lambda: grid, "trial": lambda: grid._experiment_analysis.trials[0],
-           "node": lambda: worker._global_node}[where]()
-    for attr in path.split("."):
-        assert hasattr(obj, attr), f"{where}.{path}: no {attr} ({user})"
-        obj = getattr(obj, attr)
-    if path.endswith("trials"):
-        assert len(obj) == len(grid) == 2
-    if path.endswith("trial_dir_name"):
-        assert (Path(tiny_runs["random"]) / obj).is_dir()
+    trials = ray_internals.result_grid_trials(grid)
+    assert trials is not None and len(trials) == len(grid) == 2
+    experiment = Path(tiny_runs["random"])
+    for trial in trials:
+        assert (experiment / ray_internals.trial_dir_name(trial)).is_dir()
+        assert Path(ray_internals.experiment_fs_path(trial)).resolve() == experiment.resolve()
+        ray_internals.name_trial_dir(trial)  # named already: nothing changes
+        assert (experiment / ray_internals.trial_dir_name(trial)).is_dir()
+    assert ray_internals.ray_started_here() is bool(worker._global_node.all_processes)

@@ -134,32 +134,39 @@ class _NeverWaitForever:
       them: no trial runs and none starts. When Ray's own choice finds no trial to run
       while none runs, the paused trial with the fewest iterations goes on from its
       checkpoint, so the experiment always progresses (to its next rung, or its end).
+
+    The brackets, the controller and the unpausing are Ray's internals
+    (:mod:`tuner.ray_internals`).
     """
 
     def on_trial_remove(self, tune_controller, trial) -> None:
         from ray.tune.experiment import Trial
 
-        bracket, _ = self._trial_info[trial]
+        from tuner import ray_internals
+
+        bracket = ray_internals.hyperband_bracket(self, trial)
         super().on_trial_remove(tune_controller, trial)
-        if bracket.finished():
-            for other in bracket.current_trials():
-                if other.status == Trial.PAUSED:
-                    tune_controller.stop_trial(other)
+        for other in ray_internals.finished_bracket_trials(bracket):
+            if other.status == Trial.PAUSED:
+                ray_internals.controller_stop_trial(tune_controller, other)
 
     def choose_trial_to_run(self, tune_controller, *args, **kwargs):
         from ray.tune.experiment import Trial
 
+        from tuner import ray_internals
+
         chosen = super().choose_trial_to_run(tune_controller, *args, **kwargs)
         if chosen is not None:
             return chosen
-        trials = tune_controller.get_trials()
+        trials = ray_internals.controller_trials(tune_controller)
         if any(t.status in (Trial.RUNNING, Trial.PENDING) for t in trials):
             return None
-        paused = [t for t in trials if t.status == Trial.PAUSED and t in self._trial_info]
+        paused = [t for t in trials if t.status == Trial.PAUSED and ray_internals.hyperband_knows(self, t)]
         if not paused:
             return None
-        chosen = min(paused, key=lambda t: ((t.last_result or {}).get(self._time_attr, 0), t.trial_id))
-        self._unpause_trial(tune_controller, chosen)
+        time_attr = ray_internals.scheduler_time_attr(self)
+        chosen = min(paused, key=lambda t: ((t.last_result or {}).get(time_attr, 0), t.trial_id))
+        ray_internals.hyperband_unpause(self, tune_controller, chosen)
         return chosen
 
 

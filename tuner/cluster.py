@@ -16,11 +16,10 @@ from typing import Iterable, Iterator
 import ray
 
 from tuner.layout import RAY_LOGS_LINK
+from tuner.ray_internals import HEAD_RESOURCE, JOBS_CLIENT_LOGGERS, RAY_JOB_CONFIG
 from tuner.resources import ClusterResources
 
 __all__ = ["ray_session", "cluster_resources"]
-
-RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a submitted job's driver
 
 
 def cluster_resources(address: str | None = None) -> ClusterResources:
@@ -57,11 +56,10 @@ def use_token_if_available() -> bool:
     token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
     if os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
         os.environ["RAY_AUTH_MODE"] = "token"
-        # Ray reads the mode into its config when it is imported; refresh it, as Ray's own
-        # authentication_token_setup._enable_token_auth does.
-        from ray._raylet import Config
+        # Ray reads the mode into its config when it is imported; refresh it.
+        from tuner.ray_internals import refresh_auth_mode
 
-        Config.initialize("")
+        refresh_auth_mode()
         return True
     return False
 
@@ -141,10 +139,6 @@ def link_ray_logs(session_dir: str | None, experiment_path: str | os.PathLike) -
 # --------------------------------------------------------------------------- Ray Jobs
 
 TERMINAL_JOB_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
-#: Ray's loggers that a Jobs API client (``tuner submit``, ``tuner jobs``) quiets to warnings: Ray's
-#: own, and its Jobs SDK modules, which set theirs to INFO.
-JOBS_CLIENT_LOGGERS = ("ray", "ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk")
-HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
 #: The job's environment variable that carries a submitted spec from outside the working directory.
 SUBMITTED_SPEC_ENV = "TUNER_SUBMITTED_SPEC"
 #: Where such a job writes that spec, under its working directory.

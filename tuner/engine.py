@@ -391,51 +391,6 @@ def tune_model(
     return result
 
 
-def _lean_callback_usage_tag() -> None:
-    """Make Ray Tune's callback usage tag count callbacks by class name alone.
-
-    ``ray.tune.run`` calls ``ray.air._internal.usage.tag_callbacks`` whenever callbacks
-    are passed (tuner always passes some), and Ray's version imports its W&B, MLflow,
-    Comet and Aim integrations only to compare class names: with ``wandb`` and ``mlflow``
-    installed that is 1.3 s of driver start-up (0.4 s + 0.9 s here), paid even when the
-    spec uses neither (docs/benchmarks.md). This records the same tag (the same counts
-    under the same keys) without those imports. Left as it is if Ray's function moves.
-    """
-    try:
-        import ray.air._internal.usage as air_usage
-        from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
-    except ImportError:  # pragma: no cover - a Ray without it
-        return
-    if getattr(air_usage.tag_callbacks, "_tuner_lean", False) or not hasattr(air_usage, "_count_callbacks"):
-        return
-    builtin = {"WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback",
-               *(cls.__name__ for cls in DEFAULT_CALLBACK_CLASSES)}
-
-    def tag_callbacks(callbacks) -> bool:
-        import json
-        from collections import Counter
-
-        from ray.tune import Callback
-        from ray.tune.logger import LoggerCallback
-
-        if not callbacks:
-            return False
-        counts: Counter = Counter()
-        for callback in callbacks:
-            if not isinstance(callback, Callback):
-                continue
-            name = type(callback).__name__
-            key = name if name in builtin else (
-                "CustomLoggerCallback" if isinstance(callback, LoggerCallback) else "CustomCallback")
-            counts[key] += 1
-        if counts:
-            air_usage.record_extra_usage_tag(air_usage.TagKey.AIR_CALLBACKS, json.dumps(dict(counts)))
-        return bool(counts)
-
-    tag_callbacks._tuner_lean = True  # type: ignore[attr-defined]
-    air_usage.tag_callbacks = tag_callbacks
-
-
 def _resumable_on_full_disk(run: Callable) -> Callable:
     """Run or resume under a :class:`~tuner.reporting.DiskFullWatch`: a full disk ends it
     with one :class:`~tuner.errors.DiskFullError`.
@@ -596,10 +551,11 @@ def _before_ray_tune(prepared: Prepared) -> None:
     """
     from tuner import reporting
     from tuner.algorithms import quiet_searchers
+    from tuner.ray_internals import lean_callback_usage_tag
 
     reporting.prepare_console()
     quiet_searchers(prepared.spec.search.algorithm)  # a resumed searcher is unpickled, not built
-    _lean_callback_usage_tag()
+    lean_callback_usage_tag()
     module = sys.modules.get(getattr(prepared.trainable, "__module__", "") or "")
     if module is not None and module.__name__.startswith("tuner_user_"):
         from ray import cloudpickle
@@ -619,7 +575,7 @@ def _ship_user_packages(prepared: Prepared) -> None:
     """
     from ray import cloudpickle
 
-    from tuner.cluster import RAY_JOB_CONFIG
+    from tuner.ray_internals import RAY_JOB_CONFIG
     from tuner.spec import user_packages
 
     if RAY_JOB_CONFIG in os.environ:

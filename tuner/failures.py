@@ -97,9 +97,10 @@ class ExperimentStopper(Callback, Stopper):
         # Ray 2.60 builds the ResultGrid from every trial's folder, and raises ("Should not
         # access trial_fs_path without setting trial_dir_name") for a trial the searcher had
         # just created when a stop ended the experiment (seen in 4 of 150 benchmark runs).
+        from tuner.ray_internals import name_trial_dir
+
         for trial in trials:
-            if not trial.storage.trial_dir_name:
-                trial.init_local_path()
+            name_trial_dir(trial)
 
     # Stopper side -------------------------------------------------------------
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
@@ -150,8 +151,8 @@ class ExperimentStopper(Callback, Stopper):
 def _pause_tune_run() -> bool:
     """End Ray Tune's run loop the way Ctrl-C does, leaving unfinished trials resumable.
 
-    Ray Tune's run installs one handler for SIGINT and SIGUSR1 (``tune.py``,
-    ``_setup_signal_catching``) when it runs in the main thread; this sends SIGUSR1 to
+    Ray Tune's run installs one handler for SIGINT and SIGUSR1 when it runs in the main
+    thread (:func:`tuner.ray_internals.tune_run_catches_signals`); this sends SIGUSR1 to
     this process when that handler is in place.
 
     Returns:
@@ -160,9 +161,11 @@ def _pause_tune_run() -> bool:
     import signal
     import threading
 
+    from tuner.ray_internals import tune_run_catches_signals
+
     if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
         return False
-    if getattr(signal.getsignal(signal.SIGUSR1), "__name__", "") != "signal_interrupt_tune_run":
+    if not tune_run_catches_signals():
         return False
     os.kill(os.getpid(), signal.SIGUSR1)
     return True
@@ -223,10 +226,11 @@ class PlacementGroupReleaser(Callback):
         self.path = os.fspath(experiment_path)
 
     def _release(self, trial) -> None:
+        from tuner.ray_internals import trial_dir_name
         from tuner.storage import join
         from tuner.trainable import release_placement_groups
 
-        release_placement_groups(join(self.path, trial.storage.trial_dir_name))
+        release_placement_groups(join(self.path, trial_dir_name(trial)))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         self._release(trial)
@@ -402,8 +406,8 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
         new: ``num_samples`` to reach, ``>= old``.
     """
     from ray import cloudpickle
-    from ray.tune.search.basic_variant import _TrialIterator
-    from ray.tune.utils.util import _atomic_save
+
+    from tuner import ray_internals
 
     path = Path(experiment_path)
     for template in (BASIC_VARIANT_STATE, SEARCH_GEN_STATE):
@@ -418,27 +422,12 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
     trials = saved.trials if saved is not None else []
     ended = {t["trial_id"] for t in trials if t.get("status") in ("TERMINATED", "ERROR")}
     if template == BASIC_VARIANT_STATE:
-        state["_live_trials"] = set(state["_live_trials"]) - ended
-        if new > old:
-            per_sample = state["_total_samples"] // old  # grid points
-            state["_iterators"].append(_TrialIterator(
-                uuid_prefix=state["_uuid_prefix"], num_samples=new - old,
-                unresolved_spec=state["_iterators"][-1].unresolved_spec,
-                constant_grid_search=state["_constant_grid_search"], start=state["_total_samples"],
-                random_state=state["_random_state"]))
-            state["_total_samples"] += per_sample * (new - old)
-        state["_finished"] = False
+        ray_internals.reopen_basic_variant_state(state, ended, old, new)
     else:
-        state["total_samples"] = new
-        state["finished"] = state["counter"] >= new
-        limiter = state.get("name:ConcurrencyLimiter")
-        if limiter:
-            stale = set(limiter["live_trials"]) & ended
-            limiter["live_trials"] = set(limiter["live_trials"]) - stale
-            limiter["num_unfinished_live_trials"] = max(0, limiter["num_unfinished_live_trials"] - len(stale))
+        ray_internals.reopen_search_generator_state(state, ended, new)
         _remind_bohb_of_live_trials(path, {t["trial_id"]: t for t in trials
                                            if t.get("status") not in ("TERMINATED", "ERROR", None)})
-    _atomic_save(state, str(path), newest.name, f"tmp-{newest.name}")
+    ray_internals.save_searcher_state(state, str(path), newest.name)
 
 
 def _remind_bohb_of_live_trials(path: Path, live: dict[str, dict]) -> None:
@@ -456,27 +445,25 @@ def _remind_bohb_of_live_trials(path: Path, live: dict[str, dict]) -> None:
         live: The experiment state's unfinished trials (PENDING, RUNNING, PAUSED), by id.
     """
     from ray import cloudpickle
-    from ray.tune.utils.util import _atomic_save
-
+    from tuner import ray_internals
     from tuner.params import flatten
 
     files = sorted(path.glob(SEARCHER_STATE.format("*")))
     if not files:
         return
     state = cloudpickle.loads(files[-1].read_bytes())
-    known = state.get("trial_to_params") if isinstance(state, dict) else None
-    space = state.get("_space") if isinstance(state, dict) else None
-    if known is None or space is None or "bohber" not in state:
+    bohb = ray_internals.bohb_state(state)
+    if bohb is None:
         return  # not TuneBOHB
-    names = set(space.keys())
+    known, names, paused = bohb
     missing = {tid: trial for tid, trial in live.items() if tid not in known}
     if not missing:
         return
     for tid, trial in missing.items():
         known[tid] = {k: v for k, v in flatten(trial.get("config") or {}).items() if k in names}
         if trial.get("status") == "PAUSED":
-            state["paused"].add(tid)
-    _atomic_save(state, str(path), files[-1].name, f"tmp-{files[-1].name}")
+            paused.add(tid)
+    ray_internals.save_searcher_state(state, str(path), files[-1].name)
 
 
 
@@ -488,15 +475,13 @@ def time_budget_used(experiment_path: str | os.PathLike) -> float | None:
         The :class:`ExperimentStopper`'s ``used_s`` as Ray last saved it (at most
         ``TUNE_GLOBAL_CHECKPOINT_S`` behind), or None when no state holds one.
     """
-    import json
-
-    from ray.tune.utils.serialization import TuneFunctionDecoder
+    from tuner.ray_internals import saved_stopper
 
     state = read_state(experiment_path)
     if state is None:
         return None
     try:  # tuner's own experiment folder, written by this user's run: trusted
-        stopper = json.loads(json.dumps(state.stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+        stopper = saved_stopper(state.data)
     except Exception:  # noqa: BLE001 - an older or foreign state: no budget to report
         return None
     return getattr(stopper, "used_s", None)

@@ -1,14 +1,48 @@
-"""Ray internals that tuner touches, each behind one function and checked against Ray 2.60.
+"""Ray internals that tuner touches, each behind one name here, checked against Ray 2.60.
 
-Ray Tune offers no public hook for these; each entry says why tuner needs it. A Ray
-upgrade that moves one fails ``tests/test_ray_internals.py`` instead of a user's run.
+Ray Tune offers no public hook for these; each entry says what it reaches and why tuner
+needs it. No other module of tuner touches a private name of Ray (a ``_``-name of Ray's
+modules, classes or objects, ``ray._private``, ``ray.tune.execution``, ``ray.train.v2``,
+the keys of the state Ray pickles): they call these instead. A Ray upgrade that moves one
+fails ``tests/test_ray_internals.py`` (which checks every entry here against the
+installed Ray, and that no other module reaches past them) instead of a user's run.
+
+Importing this module imports no Ray (``tuner report`` and ``tuner validate`` use it
+without Ray); each entry imports what it needs when called.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Callable
 
-__all__ = ["tune_session", "trial_id_in_config"]
+from tuner.layout import CHECKPOINT_PREFIX
+
+__all__ = [
+    "CHECKED_RAY_VERSION",
+    # the trial's process
+    "tune_session", "guard_session_report", "trial_id_in_config", "in_tune_session", "TRAIN_CHECKPOINT_DIR",
+    "placement_group",
+    # Ray Tune's trials, experiment state and results
+    "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
+    "saved_stopper", "tune_run_catches_signals", "lean_callback_usage_tag",
+    # searcher state that tuner rewrites for a resume
+    "reopen_basic_variant_state", "reopen_search_generator_state", "bohb_state", "save_searcher_state",
+    # schedulers and the Tune controller
+    "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
+    "controller_trials", "controller_stop_trial",
+    # reporters and logger callbacks: Ray's private hooks under tuner's names
+    "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
+    # the Ray process, the cluster and its jobs
+    "ray_started_here", "nvidia_gpu_count", "refresh_auth_mode", "HEAD_RESOURCE", "RAY_JOB_CONFIG",
+    "JOBS_CLIENT_LOGGERS",
+]
+
+#: The Ray version every entry here was read against (pyproject.toml allows Ray 2.60 only).
+CHECKED_RAY_VERSION = "2.60"
+
+
+# --------------------------------------------------------------------------- the trial's process
 
 
 def tune_session() -> Any:
@@ -16,12 +50,34 @@ def tune_session() -> Any:
 
     ``ray.train._internal.session.get_session`` (Ray 2.60): ``ray.tune.report``, and a
     function trainable's returned dict, go through this object's ``report``, which
-    :func:`tuner.trainable._guard_reports` wraps to refuse a NaN metric before it leaves
-    the trial.
+    :func:`guard_session_report` wraps to refuse a NaN metric before it leaves the trial.
     """
     from ray.train._internal.session import get_session
 
     return get_session()
+
+
+def guard_session_report(check: Callable[[dict], None]) -> None:
+    """Make this trial's Ray session call ``check(metrics)`` before each ``report``.
+
+    Replaces the ``report`` method of the :func:`tune_session` object (Ray 2.60's
+    ``_TrainSession.report(metrics, checkpoint=...)``, which ``ray.tune.report`` and a
+    returned dict go through), so that tuner's NaN guard (:func:`tuner.trainable._guard_reports`)
+    covers a raw Ray Tune trainable. The session is per actor and kept between trials of a
+    reused actor: the original ``report`` is kept on it (``_tuner_unguarded_report``) and
+    wrapped once, with the latest ``check``. Nothing happens outside a trial.
+    """
+    session = tune_session()
+    if session is None:
+        return
+    original = getattr(session, "_tuner_unguarded_report", None) or session.report
+
+    def report(metrics, *args, **kwargs):
+        check(metrics)
+        return original(metrics, *args, **kwargs)
+
+    session._tuner_unguarded_report = original
+    session.report = report
 
 
 def trial_id_in_config(config: Any) -> str | None:
@@ -35,3 +91,444 @@ def trial_id_in_config(config: Any) -> str | None:
 
     info = config.get(TRIAL_INFO) if isinstance(config, dict) else None
     return getattr(info, "id", None)
+
+
+def in_tune_session() -> bool:
+    """Whether this process runs a Ray Tune trial (not a Ray Train worker, not plain Python).
+
+    ``ray.tune.trainable.trainable_fn_utils._in_tune_session`` (Ray 2.60): the check Ray's
+    own ``TuneReportCallback`` uses; asking ``tune.get_context()`` for a trial id instead
+    logs a warning outside a trial. Used by :func:`tuner.trial.in_tune`.
+    """
+    from ray.tune.trainable.trainable_fn_utils import _in_tune_session
+
+    return bool(_in_tune_session())
+
+
+#: The name Ray Train gives a checkpoint folder (``checkpoint_<date>_<time>``, not the
+#: ``checkpoint_tmp_*`` snapshots): Ray 2.60's ``ray.train.v2._internal.execution.storage.
+#: StorageContext.make_default_checkpoint_dir_name``. :func:`tuner.trainable._newest_checkpoint`
+#: finds a DDP trial's newest checkpoint by it after an out-of-memory back-off.
+TRAIN_CHECKPOINT_DIR = re.compile(rf"{CHECKPOINT_PREFIX}\d{{4}}-\d\d-\d\d_")
+
+
+def placement_group(pg_id: str) -> Any:
+    """The ``ray.util.placement_group.PlacementGroup`` of a hex placement group id.
+
+    Ray has no public way from an id back to its group: this builds it from
+    ``ray._raylet.PlacementGroupID`` (Ray 2.60), so that
+    :func:`tuner.trainable.release_placement_groups` can remove the group that Ray Train
+    made for a DDP trial's workers (rank 0 records its ``id.hex()``).
+    """
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+
+
+# --------------------------------------------------------------------------- Tune's trials, state and results
+
+
+def trial_dir_name(trial: Any) -> str | None:
+    """A Ray Tune ``Trial``'s folder name in the experiment, or None before Ray named it.
+
+    ``Trial.storage`` (a ``ray.train._internal.storage.StorageContext`` in Ray 2.60)
+    ``.trial_dir_name``. Used by :class:`tuner.failures.PlacementGroupReleaser`.
+    """
+    return trial.storage.trial_dir_name
+
+
+def name_trial_dir(trial: Any) -> None:
+    """Give a trial that Ray never started its folder name (``Trial.init_local_path``).
+
+    Ray 2.60 builds the ``ResultGrid`` from every trial's folder, and raises ("Should not
+    access trial_fs_path without setting trial_dir_name") for a trial the searcher had
+    just created when a stop ended the experiment; tuner's
+    ``ExperimentStopper.on_experiment_end`` names them first.
+    """
+    if not trial.storage.trial_dir_name:
+        trial.init_local_path()
+
+
+def experiment_fs_path(trial: Any) -> str | None:
+    """The experiment folder of a trial, as Ray Tune stores it, or None for an object without one.
+
+    ``Trial.storage.experiment_fs_path`` (Ray 2.60). The table's ``Experiment folder`` line
+    and the progress line's time budget (:mod:`tuner.reporting`).
+    """
+    storage = getattr(trial, "storage", None)
+    return storage.experiment_fs_path if storage is not None else None
+
+
+def result_grid_trials(grid: Any) -> list | None:
+    """The ``Trial`` objects (with their status) behind a ``ResultGrid``, or None.
+
+    Ray 2.60 keeps them on ``ResultGrid._experiment_analysis.trials``; a ``Result`` has no
+    status. :func:`tuner.results._statuses` reads them (and falls back without them).
+    """
+    return getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
+
+
+def saved_trials(state: Any) -> list[dict]:
+    """The trials of a parsed ``experiment_state-*.json``, as Ray saved them.
+
+    Ray 2.60's ``TuneController.save_to_dir`` writes ``trial_data``: a list of
+    ``[trial JSON text, runtime metadata]``; each trial's JSON holds ``trial_id``,
+    ``status``, ``config``, ``relative_logdir`` ... Items that do not parse are left out.
+    Read by :mod:`tuner.failures` (the trials a resume goes on with) and
+    :mod:`tuner.report` (without Ray).
+    """
+    import json
+
+    out = []
+    for item in (state or {}).get("trial_data", []) if isinstance(state, dict) else []:
+        try:
+            trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
+        except ValueError:
+            continue
+        out.append(trial if isinstance(trial, dict) else {})
+    return out
+
+
+def saved_stopper(state: dict) -> Any:
+    """The stopper that a parsed ``experiment_state-*.json`` holds, unpickled.
+
+    Ray 2.60's ``TuneController`` saves its ``__getstate__`` as ``runner_data``, the
+    stopper under ``_stopper`` in Ray's JSON encoding (``TuneFunctionEncoder``, cloudpickle
+    inside). Only for tuner's own experiment folders (the pickle is trusted): tuner's
+    :func:`tuner.failures.time_budget_used` reads the budget its ``ExperimentStopper`` used.
+
+    Raises:
+        Exception: Whatever Ray's decoder raises for an older or foreign state.
+    """
+    import json
+
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    stopper = state.get("runner_data", {}).get("_stopper")
+    return json.loads(json.dumps(stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+
+
+#: The name of the handler Ray Tune's run installs for SIGINT and SIGUSR1.
+_TUNE_SIGNAL_HANDLER = "signal_interrupt_tune_run"
+
+
+def tune_run_catches_signals() -> bool:
+    """Whether Ray Tune's own SIGUSR1 handler is installed in this process now.
+
+    Ray 2.60's ``ray.tune.tune._setup_signal_catching`` installs the nested function
+    ``signal_interrupt_tune_run`` for SIGINT and SIGUSR1 when the run is in the main
+    thread; either signal then ends the run as Ctrl-C does (unfinished trials stay
+    resumable). tuner's time budget sends SIGUSR1 only when this holds
+    (``tuner.failures._pause_tune_run``).
+    """
+    import signal
+
+    if not hasattr(signal, "SIGUSR1"):
+        return False
+    return getattr(signal.getsignal(signal.SIGUSR1), "__name__", "") == _TUNE_SIGNAL_HANDLER
+
+
+def lean_callback_usage_tag() -> None:
+    """Make Ray Tune's callback usage tag count callbacks by class name alone.
+
+    ``ray.tune.run`` calls ``ray.air._internal.usage.tag_callbacks`` whenever callbacks
+    are passed (tuner always passes some), and Ray's version imports its W&B, MLflow,
+    Comet and Aim integrations only to compare class names: with ``wandb`` and ``mlflow``
+    installed that is 1.3 s of driver start-up (0.4 s + 0.9 s here), paid even when the
+    spec uses neither (docs/benchmarks.md). This replaces that module attribute with a
+    function that records the same tag (the same counts under the same keys, through
+    ``record_extra_usage_tag(TagKey.AIR_CALLBACKS, ...)``) without those imports. Left as
+    it is if Ray's function moves (Ray 2.60 has ``_count_callbacks`` beside it).
+    """
+    try:
+        import ray.air._internal.usage as air_usage
+        from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
+    except ImportError:  # pragma: no cover - a Ray without it
+        return
+    if getattr(air_usage.tag_callbacks, "_tuner_lean", False) or not hasattr(air_usage, "_count_callbacks"):
+        return
+    builtin = {"WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback",
+               *(cls.__name__ for cls in DEFAULT_CALLBACK_CLASSES)}
+
+    def tag_callbacks(callbacks) -> bool:
+        import json
+        from collections import Counter
+
+        from ray.tune import Callback
+        from ray.tune.logger import LoggerCallback
+
+        if not callbacks:
+            return False
+        counts: Counter = Counter()
+        for callback in callbacks:
+            if not isinstance(callback, Callback):
+                continue
+            name = type(callback).__name__
+            key = name if name in builtin else (
+                "CustomLoggerCallback" if isinstance(callback, LoggerCallback) else "CustomCallback")
+            counts[key] += 1
+        if counts:
+            air_usage.record_extra_usage_tag(air_usage.TagKey.AIR_CALLBACKS, json.dumps(dict(counts)))
+        return bool(counts)
+
+    tag_callbacks._tuner_lean = True  # type: ignore[attr-defined]
+    air_usage.tag_callbacks = tag_callbacks
+
+
+# --------------------------------------------------------------------------- searcher state
+
+
+def reopen_basic_variant_state(state: dict, ended: set[str], old: int, new: int) -> None:
+    """Reopen a ``BasicVariantGenerator``'s saved state (in place), up to ``new`` samples.
+
+    Ray 2.60 pickles the generator's ``__dict__`` into ``basic-variant-state-*.json``;
+    this rewrites its ``_live_trials`` (less the ``ended`` trial ids), ``_finished``
+    (False), and for ``new > old`` appends one ``ray.tune.search.basic_variant._TrialIterator``
+    for the extra samples (numbered after ``_total_samples``, drawing from the same
+    ``_random_state``, with the ``_uuid_prefix``, ``_constant_grid_search`` and the
+    ``unresolved_spec`` of the last of ``_iterators``). For
+    :func:`tuner.failures.reopen_searcher`.
+    """
+    from ray.tune.search.basic_variant import _TrialIterator
+
+    state["_live_trials"] = set(state["_live_trials"]) - ended
+    if new > old:
+        per_sample = state["_total_samples"] // old  # grid points
+        state["_iterators"].append(_TrialIterator(
+            uuid_prefix=state["_uuid_prefix"], num_samples=new - old,
+            unresolved_spec=state["_iterators"][-1].unresolved_spec,
+            constant_grid_search=state["_constant_grid_search"], start=state["_total_samples"],
+            random_state=state["_random_state"]))
+        state["_total_samples"] += per_sample * (new - old)
+    state["_finished"] = False
+
+
+def reopen_search_generator_state(state: dict, ended: set[str], new: int) -> None:
+    """Reopen a ``SearchGenerator``'s saved state (in place), up to ``new`` samples.
+
+    Ray 2.60 pickles the generator's state into ``search_gen_state-*.json``: its
+    ``total_samples`` becomes ``new`` and ``finished`` holds while ``counter >= new``;
+    a ``ConcurrencyLimiter``'s state (under ``name:ConcurrencyLimiter``) drops the
+    ``ended`` trials from ``live_trials`` and ``num_unfinished_live_trials``. For
+    :func:`tuner.failures.reopen_searcher`.
+    """
+    state["total_samples"] = new
+    state["finished"] = state["counter"] >= new
+    limiter = state.get("name:ConcurrencyLimiter")
+    if limiter:
+        stale = set(limiter["live_trials"]) & ended
+        limiter["live_trials"] = set(limiter["live_trials"]) - stale
+        limiter["num_unfinished_live_trials"] = max(0, limiter["num_unfinished_live_trials"] - len(stale))
+
+
+def bohb_state(state: Any) -> tuple[dict, set, set] | None:
+    """The parts of a saved ``TuneBOHB`` that tuner completes for a resume, or None.
+
+    Ray 2.60's ``TuneBOHB.save`` pickles its ``__dict__``: ``trial_to_params`` (trial id ->
+    flattened config, mutable here), the searched space ``_space`` (its parameter names
+    are returned) and ``paused`` (a set of trial ids, mutable here); ``bohber`` tells it
+    from another searcher. For ``tuner.failures._remind_bohb_of_live_trials``.
+
+    Returns:
+        ``(trial_to_params, parameter names, paused)``, or None for another searcher.
+    """
+    known = state.get("trial_to_params") if isinstance(state, dict) else None
+    space = state.get("_space") if isinstance(state, dict) else None
+    if known is None or space is None or "bohber" not in state:
+        return None
+    return known, set(space.keys()), state["paused"]
+
+
+def save_searcher_state(state: Any, folder: str, file_name: str) -> None:
+    """Write a searcher state back where Ray reads it, atomically (``tmp-<name>``, then renamed).
+
+    ``ray.tune.utils.util._atomic_save`` (Ray 2.60), the way Ray saves it.
+    """
+    from ray.tune.utils.util import _atomic_save
+
+    _atomic_save(state, str(folder), file_name, f"tmp-{file_name}")
+
+
+# --------------------------------------------------------------------------- schedulers and the controller
+
+
+def hyperband_bracket(scheduler: Any, trial: Any) -> Any:
+    """The bracket of a trial in a ``HyperBandScheduler`` (Ray 2.60: ``_trial_info[trial][0]``,
+    a ``ray.tune.schedulers.hyperband._Bracket``). For ``tuner.algorithms._NeverWaitForever``."""
+    return scheduler._trial_info[trial][0]
+
+
+def hyperband_knows(scheduler: Any, trial: Any) -> bool:
+    """Whether a ``HyperBandScheduler`` holds a trial in a bracket (``trial in _trial_info``, Ray 2.60)."""
+    return trial in scheduler._trial_info
+
+
+def finished_bracket_trials(bracket: Any) -> list:
+    """A finished bracket's trials (``_Bracket.finished()``, ``current_trials()``, Ray 2.60); [] while it runs."""
+    return list(bracket.current_trials()) if bracket.finished() else []
+
+
+def hyperband_unpause(scheduler: Any, tune_controller: Any, trial: Any) -> None:
+    """Let a PAUSED trial go on: ``HyperBandScheduler._unpause_trial(tune_controller, trial)`` (Ray 2.60)."""
+    scheduler._unpause_trial(tune_controller, trial)
+
+
+def scheduler_time_attr(scheduler: Any) -> str:
+    """A Hyperband scheduler's ``time_attr`` (kept as ``_time_attr`` in Ray 2.60)."""
+    return scheduler._time_attr
+
+
+def controller_trials(tune_controller: Any) -> list:
+    """All trials of the run: ``ray.tune.execution.tune_controller.TuneController.get_trials()`` (Ray 2.60),
+    the controller Ray passes a scheduler."""
+    return tune_controller.get_trials()
+
+
+def controller_stop_trial(tune_controller: Any, trial: Any) -> None:
+    """Stop a trial for good: ``TuneController.stop_trial(trial)`` (Ray 2.60), as Ray's schedulers do."""
+    tune_controller.stop_trial(trial)
+
+
+# --------------------------------------------------------------------------- reporters and logger callbacks
+
+
+class CLIReporterHooks:
+    """Mixin before Ray's ``CLIReporter``: its private hooks under tuner's names (Ray 2.60).
+
+    ``TuneReporterBase`` builds the table in ``_progress_str`` and picks the table's best
+    trial in ``_current_best_trial``; its settings are ``_metric``, ``_mode`` and
+    ``_total_samples``, its clock ``_last_report_time``, and ``CLIReporter._print`` prints.
+    A subclass (:class:`tuner.reporting.TableReporter`) defines ``table_best_trial(trials)``
+    (``(trial, metric)``, as Ray's) and ``edit_table(text, trials, delim)``.
+    """
+
+    def _current_best_trial(self, trials: list):
+        return self.table_best_trial(trials)
+
+    def _progress_str(self, trials: list, done: bool, *sys_info: str, fmt: str = "psql", delim: str = "\n"):
+        text = super()._progress_str(trials, done, *sys_info, fmt=fmt, delim=delim)  # type: ignore[misc]
+        return self.edit_table(text, trials, delim)
+
+    def table_text(self, trials: list, done: bool, *sys_info: str) -> str:
+        """The table, as Ray's ``report`` prints it (with the edits)."""
+        return self._progress_str(trials, done, *sys_info)
+
+    def print_text(self, text: str) -> None:
+        self._print(text)  # type: ignore[attr-defined]
+
+    def restart_report_clock(self) -> None:
+        """The next table comes one period from now (Ray's clock starts at 0: a table at once)."""
+        import time
+
+        self._last_report_time = time.time()
+
+    @property
+    def reporter_metric(self) -> str | None:
+        return self._metric  # type: ignore[attr-defined]
+
+    @property
+    def reporter_mode(self) -> str | None:
+        return self._mode  # type: ignore[attr-defined]
+
+    @property
+    def reporter_total_samples(self) -> int:
+        return self._total_samples or 0  # type: ignore[attr-defined]
+
+
+class TBXLoggerHooks:
+    """Mixin before Ray's ``TBXLoggerCallback``: its private parts under tuner's names (Ray 2.60).
+
+    Ray writes a trial's HParams summary in ``_try_log_hparams(trial, result)`` (a subclass
+    defines ``log_hparams`` instead), keeps each trial's last scalars in ``_trial_result``
+    and its ``SummaryWriter`` in ``_trial_writer``. For
+    :class:`tuner.reporting.HParamsTBXCallback`.
+    """
+
+    def _try_log_hparams(self, trial, result: dict) -> None:
+        self.log_hparams(trial, result)
+
+    def trial_scalar_tags(self, trial) -> list:
+        """The scalar tags (``ray/tune/<metric>``) of the trial's last result."""
+        return list(self._trial_result.get(trial, {}))  # type: ignore[attr-defined]
+
+    def trial_file_writer(self, trial) -> Any:
+        """The trial's tensorboardX event file writer."""
+        return self._trial_writer[trial].file_writer  # type: ignore[attr-defined]
+
+
+class WandbLoggerHooks:
+    """Mixin before Ray's ``WandbLoggerCallback``: its logging actor, with tuner's kwargs and env.
+
+    Ray 2.60's ``_start_logging_actor(trial, exclude_results, **wandb_init_kwargs)`` builds
+    the actor class once (``_remote_logger_class``, from ``_logger_actor_cls``, on the
+    driver's node through ``ray.air.util.node._force_on_current_node``) with
+    ``WANDB_API_KEY`` in its ``runtime_env``. Here the subclass
+    (:class:`tuner.reporting.WandbCallback`) first adds to the ``wandb.init`` kwargs
+    (``init_kwargs(trial, kwargs)``), and the class is built as Ray's own but with the
+    subclass's ``actor_env()``.
+    """
+
+    def _start_logging_actor(self, trial, exclude_results, **wandb_init_kwargs):
+        self.init_kwargs(trial, wandb_init_kwargs)
+        if not self._remote_logger_class:  # type: ignore[has-type]
+            import ray
+            from ray.air.util.node import _force_on_current_node
+
+            # As Ray's own, but with that env.
+            self._remote_logger_class = ray.remote(
+                num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": self.actor_env()},
+                max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)  # type: ignore[attr-defined]
+        return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- the Ray process and the cluster
+
+
+def ray_started_here() -> bool:
+    """Whether this process started the Ray it uses (its workers then inherit its environment).
+
+    Ray 2.60's ``ray._private.worker._global_node`` is this driver's ``Node``; its
+    ``all_processes`` is empty when the driver only connected to a running Ray. For
+    :class:`tuner.reporting.WandbCallback` (whether a key must travel in a ``runtime_env``).
+    """
+    import ray._private.worker as worker
+
+    node = getattr(worker, "_global_node", None)
+    return node is not None and bool(getattr(node, "all_processes", None))
+
+
+def nvidia_gpu_count() -> int:
+    """NVIDIA GPUs on this machine through NVML, as Ray's own node start-up counts them.
+
+    ``ray._private.accelerators.NvidiaGPUAcceleratorManager.get_current_node_num_accelerators``
+    (Ray 2.60): no torch import in the driver (1.3-1.8 s). Raises when NVML is missing;
+    :func:`tuner.resources._nvidia_gpus` counts that as no GPU.
+    """
+    from ray._private.accelerators import NvidiaGPUAcceleratorManager
+
+    return int(NvidiaGPUAcceleratorManager.get_current_node_num_accelerators())
+
+
+def refresh_auth_mode() -> None:
+    """Make Ray read ``RAY_AUTH_MODE`` again after tuner set it.
+
+    Ray reads the mode into its config when it is imported; Ray 2.60's
+    ``authentication_token_setup._enable_token_auth`` refreshes it with
+    ``ray._raylet.Config.initialize("")``, and so does
+    :func:`tuner.cluster.use_token_if_available`.
+    """
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
+#: Ray's resource of the head node (Ray 2.60: ``ray._common.constants.HEAD_NODE_RESOURCE_NAME``):
+#: ``tuner submit`` puts a job's driver on the head.
+HEAD_RESOURCE = "node:__internal_head__"
+#: The environment variable Ray sets in a submitted job's driver (Ray 2.60:
+#: ``ray._private.runtime_env.constants.RAY_JOB_CONFIG_JSON_ENV_VAR``): tuner runs inside a Ray Job.
+RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+#: Ray's loggers that a Jobs API client (``tuner submit``, ``tuner jobs``) quiets to warnings: Ray's
+#: own, and its Jobs SDK modules (Ray 2.60), which set theirs to INFO.
+JOBS_CLIENT_LOGGERS = ("ray", "ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk")

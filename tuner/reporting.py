@@ -40,6 +40,7 @@ from tuner.best import best as best_of, metric_value
 from tuner.files import disk_full
 from tuner.layout import HPARAMS_EVENTS_PREFIX, HPARAMS_EVENTS_SUFFIX, RUN_RECORD
 from tuner.params import RAY_RESULT_KEYS, distributions, flatten, sampled_params
+from tuner.ray_internals import CLIReporterHooks, TBXLoggerHooks, experiment_fs_path
 from tuner.space import plain
 from tuner.spec import Spec
 
@@ -98,7 +99,7 @@ def build_reporter(spec: Spec) -> "TableReporter | None":
     )
 
 
-class TableReporter(CLIReporter):
+class TableReporter(CLIReporterHooks, CLIReporter):
     """Ray's classic ``CLIReporter`` table, with tuner's best trial, folder and progress line.
 
     * ``Current best trial``: chosen by :mod:`tuner.best`'s rule, as ``summary.json``
@@ -132,23 +133,22 @@ class TableReporter(CLIReporter):
         Ray's scheduler line in it) once, at the end.
         """
         super().setup(*args, **kwargs)
-        self._last_report_time = time.time()  # Ray's CLIReporter starts it at 0: a table at once
+        self.restart_report_clock()  # Ray's CLIReporter starts it at 0: a table at once
         if self.progress is not None:
             self.progress.start()  # a resumed run counts its own seconds
 
-    def _current_best_trial(self, trials: list):
-        metric = self._metric
+    def table_best_trial(self, trials: list):
+        metric = self.reporter_metric
         if not metric or not trials:
             return None, metric
-        return best_trial(trials, metric, self._mode), metric
+        return best_trial(trials, metric, self.reporter_mode), metric
 
     def _folder(self, trials: list) -> str:
         if self.location:
             return self.location
-        return trials[0].storage.experiment_fs_path
+        return experiment_fs_path(trials[0])
 
-    def _progress_str(self, trials: list, done: bool, *sys_info: str, fmt: str = "psql", delim: str = "\n"):
-        text = super()._progress_str(trials, done, *sys_info, fmt=fmt, delim=delim)
+    def edit_table(self, text: str, trials: list, delim: str) -> str:
         lines, folder_shown = [], False
         for line in text.split(delim):
             if line.startswith(self._LOGDIR):
@@ -165,7 +165,7 @@ class TableReporter(CLIReporter):
         """Ray's ``Current best trial`` line with the value as ``last <metric>=<value>``."""
         from ray.tune.utils import unflattened_lookup
 
-        trial, metric = self._current_best_trial(trials)
+        trial, metric = self.table_best_trial(trials)
         if trial is None:
             return line
         value = unflattened_lookup(metric, trial.last_result, default=None)
@@ -173,10 +173,10 @@ class TableReporter(CLIReporter):
 
     def report(self, trials: list, done: bool, *sys_info: str) -> None:
         """Print the table and, right under it, the progress line for the same trials."""
-        text = self._progress_str(trials, done, *sys_info)
+        text = self.table_text(trials, done, *sys_info)
         if self.progress is not None and trials:
-            text += self.progress.line(trials, self._total_samples or 0)
-        self._print(text)
+            text += self.progress.line(trials, self.reporter_total_samples)
+        self.print_text(text)
 
 
 def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None) -> list:
@@ -224,7 +224,7 @@ def _hparam_value(value: Any) -> Any:
     return None if value is None else str(value)
 
 
-class HParamsTBXCallback(TBXLoggerCallback):
+class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
     """Ray's ``TBXLoggerCallback`` with one HParams experiment for the whole run.
 
     Ray's logger writes scalars as ``ray/tune/<metric>`` by ``training_iteration``, and
@@ -253,14 +253,14 @@ class HParamsTBXCallback(TBXLoggerCallback):
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         super().log_trial_result(iteration, trial, result)
-        for tag in self._trial_result.get(trial, {}):
+        for tag in self.trial_scalar_tags(trial):
             self._metrics.setdefault(tag, None)
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         self._failed = failed
         super().log_trial_end(trial, failed)
 
-    def _try_log_hparams(self, trial, result: dict) -> None:
+    def log_hparams(self, trial, result: dict) -> None:
         from tensorboardX.proto.api_pb2 import Status
         from tensorboardX.summary import hparams
 
@@ -275,7 +275,7 @@ class HParamsTBXCallback(TBXLoggerCallback):
                 data = HParamsPluginData.FromString(session_end.value[0].metadata.plugin_data.content)
                 data.session_end_info.status = Status.Value("STATUS_FAILURE")
                 session_end.value[0].metadata.plugin_data.content = data.SerializeToString()
-            writer = self._trial_writer[trial].file_writer
+            writer = self.trial_file_writer(trial)
             writer.add_summary(session_start)
             writer.add_summary(session_end)
         except Exception:  # noqa: BLE001 - TensorBoard extras must never fail a trial
@@ -372,7 +372,9 @@ def _integration_class(name: str) -> type:
     if name == "WandbCallback":
         from ray.air.integrations.wandb import WandbLoggerCallback
 
-        class WandbCallback(WandbLoggerCallback):
+        from tuner.ray_internals import WandbLoggerHooks
+
+        class WandbCallback(WandbLoggerHooks, WandbLoggerCallback):
             """Ray's ``WandbLoggerCallback``, with offline runs that need no key and keep it out of logs.
 
             * Ray checks for an API key unless the ``WANDB_MODE`` environment variable
@@ -390,23 +392,19 @@ def _integration_class(name: str) -> type:
               the driver's node).
             """
 
-            def _start_logging_actor(self, trial, exclude_results, **wandb_init_kwargs):
+            def init_kwargs(self, trial, wandb_init_kwargs: dict) -> None:
                 if trial.path and "dir" not in self.kwargs:
                     os.makedirs(trial.path, exist_ok=True)
                     wandb_init_kwargs["dir"] = trial.path
-                if not self._remote_logger_class:
-                    import ray
-                    from ray.air.util.node import _force_on_current_node
 
-                    env = {}
-                    key = os.environ.get("WANDB_API_KEY")
-                    if key and self.kwargs.get("mode", "online") == "online" and not _ray_started_here():
-                        env["WANDB_API_KEY"] = key
-                    # As Ray's own, but with that env.
-                    self._remote_logger_class = ray.remote(
-                        num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": env},
-                        max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)
-                return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)
+            def actor_env(self) -> dict:
+                from tuner.ray_internals import ray_started_here
+
+                env = {}
+                key = os.environ.get("WANDB_API_KEY")
+                if key and self.kwargs.get("mode", "online") == "online" and not ray_started_here():
+                    env["WANDB_API_KEY"] = key
+                return env
 
             def setup(self, *args, **kwargs):
                 mode = self.kwargs.get("mode")
@@ -447,14 +445,6 @@ def _integration_class(name: str) -> type:
     cls.__qualname__ = name
     _INTEGRATIONS[name] = cls
     return cls
-
-
-def _ray_started_here() -> bool:
-    """Whether this process started the Ray it uses (its workers then inherit its environment)."""
-    import ray._private.worker as worker
-
-    node = getattr(worker, "_global_node", None)
-    return node is not None and bool(getattr(node, "all_processes", None))
 
 
 def __getattr__(name: str) -> Any:
@@ -548,8 +538,8 @@ class ProgressLine:
 
     def _budget(self, trials: list) -> tuple[float, float | None]:
         elapsed = time.monotonic() - self._started
-        storage = getattr(trials[0], "storage", None)
-        path = Path(storage.experiment_fs_path) if storage is not None else None  # the experiment folder
+        folder = experiment_fs_path(trials[0])
+        path = Path(folder) if folder is not None else None  # the experiment folder
         budget = self.time_budget_s
         if path is None or not path.is_dir():
             return elapsed, budget

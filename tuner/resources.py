@@ -67,9 +67,9 @@ def local_resources(num_cpus: float | None = None, num_gpus: float | None = None
 def _nvidia_gpus() -> int:
     """NVIDIA GPUs on this machine through NVML, as Ray's own node start-up counts them."""
     try:
-        from ray._private.accelerators import NvidiaGPUAcceleratorManager
+        from tuner.ray_internals import nvidia_gpu_count
 
-        return int(NvidiaGPUAcceleratorManager.get_current_node_num_accelerators())
+        return nvidia_gpu_count()
     except Exception:  # noqa: BLE001 - no NVML library or no driver: no GPUs
         return 0
 

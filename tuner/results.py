@@ -92,8 +92,9 @@ def _user_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _statuses(grid: ResultGrid) -> list[str]:
-    # Ray keeps the trials (with their status) on the ResultGrid's ExperimentAnalysis.
-    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
+    from tuner.ray_internals import result_grid_trials
+
+    trials = result_grid_trials(grid)  # a Result has no status; Ray's Trial objects do
     if trials is not None and len(trials) == len(grid):
         return [str(t.status) for t in trials]
     return ["ERROR" if r.error else "TERMINATED" for r in grid]

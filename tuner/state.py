@@ -20,7 +20,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tuner.layout import EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
 
@@ -66,20 +65,9 @@ class ExperimentState:
     def trials(self) -> list[dict]:
         """Every trial with an id, as Ray saved it (``trial_id``, ``status``, ``config``,
         ``relative_logdir``, ...), in Ray's order; an entry that does not parse is skipped."""
-        out = []
-        for item in self.data.get("trial_data", []):
-            try:
-                trial = json.loads(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else {}
-            except ValueError:
-                continue
-            if isinstance(trial, dict) and trial.get("trial_id"):
-                out.append(trial)
-        return out
+        from tuner.ray_internals import saved_trials  # imports no Ray
 
-    @property
-    def stopper(self) -> Any:
-        """The experiment's stopper as Ray encoded it (``runner_data._stopper``), or None."""
-        return (self.data.get("runner_data") or {}).get("_stopper")
+        return [trial for trial in saved_trials(self.data) if trial.get("trial_id")]
 
 
 def read_state(experiment_path: str | os.PathLike) -> ExperimentState | None:

@@ -21,12 +21,11 @@ import functools
 import gc
 import logging
 import os
-import re
 import threading
 from typing import Any, Callable
 
 from tuner import trial
-from tuner.layout import CHECKPOINT_PREFIX, PLACEMENT_GROUP_FILE, TIMEOUT_MARKER, trial_folder_name
+from tuner.layout import PLACEMENT_GROUP_FILE, TIMEOUT_MARKER, trial_folder_name
 from tuner.space import plain
 from tuner.spec import Spec, implements, is_class_trainable
 
@@ -244,9 +243,9 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
 def release_placement_groups(trial_dir: str | os.PathLike) -> int:
     """Remove the placement groups a DDP trial recorded; returns how many were removed."""
     import ray
-    from ray._raylet import PlacementGroupID
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    from ray.util.placement_group import remove_placement_group
 
+    from tuner.ray_internals import placement_group
     from tuner.storage import join, read_text
 
     text = read_text(join(os.fspath(trial_dir), PLACEMENT_GROUP_FILE))
@@ -258,7 +257,7 @@ def release_placement_groups(trial_dir: str | os.PathLike) -> int:
     for pg_id in ids:
         if table.get(pg_id, {}).get("state") in ("CREATED", "PENDING", "RESCHEDULING"):
             try:
-                remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+                remove_placement_group(placement_group(pg_id))
                 removed += 1
             except Exception:  # noqa: BLE001 - already gone
                 pass
@@ -331,10 +330,10 @@ def _newest_checkpoint(run_dir: str) -> str | None:
     out-of-memory error (raised by the train function, not a crash) the newest folder is
     whole.
     """
+    from tuner.ray_internals import TRAIN_CHECKPOINT_DIR
     from tuner.storage import join, list_names
 
-    dated = re.compile(rf"{CHECKPOINT_PREFIX}\d{{4}}-\d\d-\d\d_")  # not the snapshot
-    names = sorted(n for n in list_names(run_dir) if dated.match(n))
+    names = sorted(n for n in list_names(run_dir) if TRAIN_CHECKPOINT_DIR.match(n))  # not the snapshot
     return join(run_dir, names[-1]) if names else None
 
 
@@ -376,26 +375,17 @@ def _guard_reports(metric: str | None) -> None:
 
     ``tuner.trial.report`` checks its own results; a Ray Tune function trainable that
     calls ``ray.tune.report`` (or returns a dict) goes through the trial's Ray session
-    instead, so its ``report`` is wrapped here, in the trial's process, to raise
+    instead, so its ``report`` is wrapped here, in the trial's process
+    (:func:`tuner.ray_internals.guard_session_report`), to raise
     :class:`~tuner.trial.NonFiniteMetricError` before the result reaches the driver (and
     the scheduler's rungs). Ray's session object is per actor and reset between trials
     of a reused actor, so the guard is installed once and kept.
     """
     if not metric:
         return
-    from tuner import ray_internals
+    from tuner.ray_internals import guard_session_report
 
-    session = ray_internals.tune_session()
-    if session is None:
-        return
-    original = getattr(session, "_tuner_unguarded_report", None) or session.report
-
-    def report(metrics, *args, **kwargs):
-        trial.check_finite(metrics, metric)
-        return original(metrics, *args, **kwargs)
-
-    session._tuner_unguarded_report = original
-    session.report = report
+    guard_session_report(lambda metrics: trial.check_finite(metrics, metric))
 
 
 def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:

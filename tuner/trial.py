@@ -104,11 +104,9 @@ def _cuda_available() -> bool:
 def in_tune() -> bool:
     """Whether the caller runs inside a Ray Tune trial (not a DDP worker, not plain Python)."""
     try:
-        # The check Ray's own TuneReportCallback uses; asking get_context() for a
-        # trial id instead logs a warning outside a trial.
-        from ray.tune.trainable.trainable_fn_utils import _in_tune_session
+        from tuner.ray_internals import in_tune_session
 
-        return bool(_in_tune_session())
+        return in_tune_session()
     except Exception:  # noqa: BLE001 - no Ray, or Ray moved it: not in a trial
         return False
 
