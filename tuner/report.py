@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from tuner.best import has_result, ranked
+from tuner.errors import InputError
 from tuner.files import atomic_write, flatten
 from tuner.spec import Spec, SpecError, load_spec
 
@@ -48,8 +49,13 @@ _RAY_KEYS = {"done", "should_checkpoint", "trial_id", "experiment_tag", "date", 
              "timesteps_since_restore", "timesteps_total", "episodes_total", "checkpoint_path"}
 
 
-class ReportError(ValueError):
-    """The path is not an experiment folder (or a storage folder for ``tuner list``)."""
+class ReportError(InputError, ValueError):
+    """The path is not an experiment folder (or a storage folder for ``tuner list``).
+
+    Raised by :func:`load_experiment` and :func:`list_experiments`, before anything is
+    written; ``tuner report`` and ``tuner list`` exit with code 2 (an
+    :class:`~tuner.errors.InputError`, also a ``ValueError``).
+    """
 
 
 @dataclass

@@ -27,6 +27,8 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tuner.errors import StorageError  # defined with the other errors; imported from here too
+
 __all__ = ["REMOTE_SCHEMES", "TUNER_FILES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
            "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text", "download", "upload",
            "to_uri", "StorageError"]
@@ -36,10 +38,6 @@ REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Files tuner writes into the experiment folder (uploaded to a cloud URI after writing).
 TUNER_FILES = ("spec.yaml", "tuner_run.json", "summary.json", "best_config.yaml", "results.csv", "tuner.log")
-
-
-class StorageError(RuntimeError):
-    """The storage URI cannot be reached, read or written (the message names the URI)."""
 
 
 def scheme_of(location: str) -> str | None:
