@@ -4,7 +4,9 @@ Exit codes: 0 every trial ended well; 1 some trials errored (named in the summar
 2 bad input (nothing started, nothing written); 75 the disk holding the experiment is
 full (``EX_TEMPFAIL``: the state is saved; free space, then ``tuner resume``); 130 interrupted.
 
-Errors are one compact paragraph; ``TUNER_DEBUG=1`` shows the full traceback.
+Errors are one compact paragraph; ``TUNER_DEBUG=1`` shows the full traceback. One catch
+site, :func:`main`, decides the message and the exit code of every command, from the
+error's class (:mod:`tuner.errors`); the commands catch nothing but Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,22 +17,14 @@ import traceback
 
 import click
 
-from tuner.errors import TunerError
+from tuner.errors import InputError, TrialError, TunerError
 from tuner.layout import BEST_CONFIG, RESULTS_CSV, SUMMARY
-from tuner.spec import SpecError
 
-EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, TrialError.exit_code, InputError.exit_code, 130
 
 
 def _debug() -> bool:
     return os.environ.get("TUNER_DEBUG", "") not in ("", "0")
-
-
-def _bad_input(err: Exception) -> None:
-    if _debug():
-        traceback.print_exception(err)
-    click.echo(f"tuner: error: {err}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 _run_options = [
@@ -81,12 +75,9 @@ def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(),
     from tuner.engine import prepare
     from tuner.spec import load_spec
 
-    try:
-        # Loaded here, so that a --set whose path or value is wrong is named as the culprit.
-        spec = load_spec(spec_path, sets=_parse_sets(sets, storage, name, num_samples))
-        return prepare(spec, num_cpus=num_cpus, num_gpus=num_gpus, address=address)
-    except SpecError as err:
-        _bad_input(err)
+    # Loaded here, so that a --set whose path or value is wrong is named as the culprit.
+    spec = load_spec(spec_path, sets=_parse_sets(sets, storage, name, num_samples))
+    return prepare(spec, num_cpus=num_cpus, num_gpus=num_gpus, address=address)
 
 
 _ADDRESS_HELP = ("Use this running Ray cluster (auto, host:6379, ray://host:10001) instead of a local Ray; "
@@ -103,10 +94,7 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, ad
 
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     if prepared.address is not None:
-        try:
-            check_cluster(prepared)
-        except SpecError as err:
-            _bad_input(err)
+        check_cluster(prepared)
     click.echo(plan(prepared))
 
 
@@ -118,7 +106,6 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, ad
 def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run) -> None:
     """Run the tuning experiment described by SPEC."""
     from tuner.engine import plan, run_prepared
-    from tuner.failures import ExperimentLocked
 
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     if dry_run:
@@ -126,8 +113,6 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
         return
     try:
         result = run_prepared(prepared, echo=click.echo)
-    except (SpecError, ExperimentLocked) as err:  # checked once connected / once the folder is locked
-        _bad_input(err)
     except KeyboardInterrupt:
         _interrupted(prepared.experiment_path)
     _finish(result)
@@ -174,16 +159,13 @@ def _finish(result) -> None:
 def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num_gpus, address) -> None:
     """Resume a stopped or crashed experiment (Ray Tune's Tuner.restore)."""
     from tuner.engine import prepare_resume, resume_prepared
-    from tuner.failures import ExperimentLocked
 
     if resume_errored and restart_errored:
-        _bad_input(click.UsageError("--resume-errored and --restart-errored exclude each other; choose one."))
+        raise InputError("--resume-errored and --restart-errored exclude each other; choose one.")
     try:
         prepared = prepare_resume(experiment, spec=spec_path, num_cpus=num_cpus, num_gpus=num_gpus, address=address)
         result = resume_prepared(prepared, resume_errored=resume_errored, restart_errored=restart_errored,
                                  echo=click.echo)
-    except (SpecError, ExperimentLocked) as err:
-        _bad_input(err)
     except KeyboardInterrupt:
         _interrupted(experiment)
     _finish(result)
@@ -220,12 +202,9 @@ def submit(spec_path, address, working_dir, pip, storage, name, num_samples, set
     run_args = [arg for item in sets for arg in ("--set", item)]
     if num_samples is not None:
         run_args += ["--num-samples", str(num_samples)]
-    try:
-        job_id, url = submit_job(spec_path, address, run_args=run_args, working_dir=working_dir, pip=list(pip),
-                                 storage=storage, name=name,
-                                 sets=_parse_sets(sets, storage, name, num_samples))  # checked as the job applies them
-    except SpecError as err:
-        _bad_input(err)
+    job_id, url = submit_job(spec_path, address, run_args=run_args, working_dir=working_dir, pip=list(pip),
+                             storage=storage, name=name,
+                             sets=_parse_sets(sets, storage, name, num_samples))  # checked as the job applies them
     click.echo(f"Submitted job {job_id} to {url}")
     click.echo(f"  follow: tuner jobs logs {job_id} --address {url} --follow")
     click.echo(f"  status: tuner jobs status {job_id} --address {url}")
@@ -251,10 +230,7 @@ def jobs() -> None:
 def _jobs_client(address):
     from tuner.cluster import job_client
 
-    try:
-        return job_client(address)
-    except SpecError as err:
-        _bad_input(err)
+    return job_client(address)
 
 
 @jobs.command("status")
@@ -300,10 +276,7 @@ def jobs_run_submitted_spec(job_spec, run_args) -> None:
     """
     from tuner.cluster import stage_submitted_spec
 
-    try:
-        stage_submitted_spec(job_spec)
-    except SpecError as err:
-        _bad_input(err)
+    stage_submitted_spec(job_spec)
     cli.main(args=["run", job_spec, *run_args], prog_name="tuner", standalone_mode=False)
 
 
@@ -322,12 +295,9 @@ def report(experiment, fmt, output, top) -> None:
     Reads the experiment's files only (starts no Ray), so it works on a finished, running or
     interrupted experiment.
     """
-    from tuner.report import ReportError, load_experiment, render, write_html
+    from tuner.report import load_experiment, render, write_html
 
-    try:
-        exp = load_experiment(_local_copy(experiment))
-    except ReportError as err:
-        _bad_input(err)
+    exp = load_experiment(_local_copy(experiment))
     if fmt == "html":
         page, pngs = write_html(exp, output, top)
         click.echo(f"Report: {page} (open it in a browser)")
@@ -346,15 +316,12 @@ def report(experiment, fmt, output, top) -> None:
 
 def _local_copy(experiment: str) -> str:
     """A cloud experiment URI: download it (but checkpoints) into its local mirror and give that."""
-    from tuner.storage import StorageError, download, is_remote, mirror_dir
+    from tuner.storage import download, is_remote, mirror_dir
 
     if not is_remote(experiment):
         return experiment
     mirror = mirror_dir(experiment)
-    try:
-        download(experiment, mirror)
-    except StorageError as err:
-        _bad_input(err)
+    download(experiment, mirror)
     return str(mirror)
 
 
@@ -365,22 +332,29 @@ def list_command(storage) -> None:
 
     One line each: name, status, trials, best metric, start time.
     """
-    from tuner.report import ReportError, list_experiments, render_list
-    from tuner.storage import StorageError, experiments_mirror, is_remote
+    from tuner.report import list_experiments, render_list
+    from tuner.storage import experiments_mirror, is_remote
 
-    try:
-        if is_remote(storage):
-            storage = experiments_mirror(storage)
-    except StorageError as err:
-        _bad_input(err)
-    try:
-        click.echo(render_list(list_experiments(storage)), nl=False)
-    except ReportError as err:
-        _bad_input(err)
+    if is_remote(storage):
+        storage = experiments_mirror(storage)
+    click.echo(render_list(list_experiments(storage)), nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``tuner`` console script and ``python -m tuner``."""
+    """Entry point of the ``tuner`` console script and ``python -m tuner``: the one place that
+    turns an error into its message and exit code (as Hydra's ``run_and_report``).
+
+    * A :class:`~tuner.errors.TunerError` (a bad spec, storage, experiment folder or
+      cluster address; a trial that ended the experiment; a full disk): ``tuner: error:
+      <message>`` and its ``exit_code`` (2 for an :class:`~tuner.errors.InputError`, 1 for
+      a :class:`~tuner.errors.TrialError`, 75 for a :class:`~tuner.errors.DiskFullError`).
+    * A command-line usage error (click's): its message and usage, exit 2.
+    * Ctrl-C: exit 130 (``tuner run``/``resume`` first print how to resume).
+    * Anything else is unexpected: ``tuner: error: <type>: <message>``, then
+      ``tuner: set TUNER_DEBUG=1 to see the traceback.``, exit 1.
+
+    ``TUNER_DEBUG=1`` prints the traceback before the message of an error.
+    """
     try:
         cli.main(args=argv, prog_name="tuner", standalone_mode=False)
     except click.exceptions.Abort:
@@ -394,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("tuner: interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except TunerError as err:  # one paragraph that says what to do, e.g. a full disk's DiskFullError
+    except TunerError as err:  # one paragraph that says what to do, e.g. a SpecError or a full disk's DiskFullError
         if _debug():
             traceback.print_exception(err)
         click.echo(f"tuner: error: {err}", err=True)

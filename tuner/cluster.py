@@ -149,11 +149,11 @@ def _dashboard_url(address: str | None) -> str:
     """The Jobs API address: the argument, else ``RAY_ADDRESS`` when it is an http(s) URL."""
     address = address or os.environ.get("RAY_ADDRESS", "")
     if not address.startswith(("http://", "https://")):
-        from tuner.spec import SpecError, SpecIssue
+        from tuner.errors import ClusterError
 
         got = f", but got {address!r}" if address else ""
-        raise SpecError([SpecIssue("", f"the Ray Jobs API needs the head's dashboard address, "
-                                   f"--address http://HEAD:8265{got}.")], "--address")
+        raise ClusterError(f"the Ray Jobs API needs the head's dashboard address, --address http://HEAD:8265{got}.",
+                           "--address")
     return address.rstrip("/")
 
 
@@ -166,12 +166,12 @@ def job_client(address: str | None):
         address: ``http://HEAD:8265``; None takes ``RAY_ADDRESS``.
 
     Raises:
-        SpecError: If the address is not an http(s) URL, the dashboard cannot be
+        ClusterError: If the address is not an http(s) URL, the dashboard cannot be
             reached, or it refuses the token.
     """
     from ray.job_submission import JobSubmissionClient
 
-    from tuner.spec import SpecError, SpecIssue
+    from tuner.errors import ClusterError
 
     url = _dashboard_url(address)
     use_token_if_available()
@@ -186,8 +186,7 @@ def job_client(address: str | None):
         hint = (" The cluster wants a token: put it in ~/.ray/auth_token (or RAY_AUTH_TOKEN) and set "
                 "RAY_AUTH_MODE=token." if "401" in text or "nauthori" in text else
                 " Is the head running, with ray[default] (the dashboard) listening on that port?")
-        raise SpecError([SpecIssue("", f"cannot reach the Ray Jobs API at {url}: {text}.{hint}")],
-                        "--address") from None
+        raise ClusterError(f"cannot reach the Ray Jobs API at {url}: {text}.{hint}", "--address") from None
 
 
 def submit_job(
@@ -229,21 +228,23 @@ def submit_job(
         ``(submission_id, dashboard_url)``.
 
     Raises:
-        SpecError: If the spec is invalid, its storage is a relative path, its
-            ``path/to/file.py`` trainable lies outside the working directory, or the
-            cluster cannot be reached. Nothing is submitted then.
+        SpecError: If the spec is invalid, its storage is a relative path, or its
+            ``path/to/file.py`` trainable lies outside the working directory.
+        ClusterError: If ``working_dir`` is not a folder, or the cluster cannot be
+            reached. Nothing is submitted then.
     """
     import shlex
     import time
     import uuid
 
     from tuner.cli import STAGE_COMMAND
-    from tuner.spec import SpecError, SpecIssue, load_spec
+    from tuner.errors import ClusterError
+    from tuner.spec import load_spec
 
     spec = load_spec(spec_path, sets=sets)
     workdir = Path(working_dir or os.getcwd()).resolve()
     if not workdir.is_dir():
-        raise SpecError([SpecIssue("", f"--working-dir {workdir} is not a folder.")], "--working-dir")
+        raise ClusterError(f"--working-dir {workdir} is not a folder.", "--working-dir")
     if not spec.storage.lower().startswith("file://") and not spec.remote_storage \
             and not Path(spec.storage).expanduser().is_absolute():
         raise spec.error("storage", f"storage {spec.storage!r} is relative, so the results would land in the job's "
@@ -317,16 +318,16 @@ def stage_submitted_spec(job_spec: str | os.PathLike) -> Path:
         The spec file.
 
     Raises:
-        SpecError: Outside such a job (no ``$TUNER_SUBMITTED_SPEC``), or for a path
+        ClusterError: Outside such a job (no ``$TUNER_SUBMITTED_SPEC``), or for a path
             that leaves the working directory.
     """
-    from tuner.spec import SpecError, SpecIssue
+    from tuner.errors import ClusterError
 
     text = os.environ.get(SUBMITTED_SPEC_ENV)
     target = (Path.cwd() / job_spec).resolve()
     if text is None or not target.is_relative_to(Path.cwd().resolve() / SUBMITTED_SPEC_DIR):
-        raise SpecError([SpecIssue("", f"this command runs in a job sent by `tuner submit` only (it writes the "
-                                   f"spec of ${SUBMITTED_SPEC_ENV} under {SUBMITTED_SPEC_DIR}/).")], str(job_spec))
+        raise ClusterError(f"this command runs in a job sent by `tuner submit` only (it writes the "
+                           f"spec of ${SUBMITTED_SPEC_ENV} under {SUBMITTED_SPEC_DIR}/).", str(job_spec))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     return target

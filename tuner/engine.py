@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from tuner.errors import ClusterError, ExperimentError
 from tuner.layout import BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES, trial_folder_name
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
@@ -90,6 +91,8 @@ def prepare(
     Raises:
         SpecError: For any problem with the spec, the train function, the resources
             or the experiment folder.
+        ClusterError: ``num_cpus``/``num_gpus`` together with a cluster's address.
+        StorageError: A cloud ``storage`` that cannot be listed.
     """
     # First: a bad spec fails before Ray is even imported.
     spec = load_spec(spec, require_trainable=trainable is None, **overrides)
@@ -97,9 +100,9 @@ def prepare(
     address, where = _resolve_address(address, spec)
     if address is not None and (num_cpus is not None or num_gpus is not None):
         flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
-        raise SpecError([SpecIssue("", f"{flags} {'size' if ' and ' in flags else 'sizes'} the local Ray that tuner starts, but this run connects to "
-                                   f"the Ray cluster at {address} (from {where}), whose own resources apply; drop "
-                                   f"{flags}, or drop the address to run locally.")], spec.source or "tuner")
+        raise ClusterError(f"{flags} {'size' if ' and ' in flags else 'sizes'} the local Ray that tuner starts, but this run connects to "
+                           f"the Ray cluster at {address} (from {where}), whose own resources apply; drop "
+                           f"{flags}, or drop the address to run locally.", spec.source or "tuner")
     if trainable is not None:
         if not callable(trainable):
             raise TypeError(f"trainable must be a function of config or a ray.tune.Trainable subclass, but got "
@@ -149,7 +152,8 @@ def _free_name(spec: Spec, refuse: bool) -> str:
             an existing folder is then refused instead.
 
     Raises:
-        SpecError: An explicit name whose folder exists; an unreachable cloud storage.
+        SpecError: An explicit name whose folder exists.
+        StorageError: An unreachable cloud storage.
     """
     from tuner.storage import display
 
@@ -183,15 +187,17 @@ def _check_remote(spec: Spec) -> bool:
     folder there is empty (or missing).
 
     Raises:
-        SpecError: The bucket cannot be listed.
+        StorageError: The bucket cannot be listed; the message points at ``storage`` in the
+            spec (or the option that gave it), as a SpecError would.
     """
     from tuner.storage import StorageError, is_empty
 
     try:
         return is_empty(spec_location(spec))
     except StorageError as err:
-        raise spec.error("storage", f"{err}. Check the URI and the credentials of this machine (AWS_* variables, "
-                         "GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node needs them too.") from None
+        raise StorageError(str(spec.error("storage", f"{err}. Check the URI and the credentials of this machine "
+                                          "(AWS_* variables, GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node "
+                                          "needs them too."))) from None
 
 
 def _resolve_address(address: str | None, spec: Spec) -> tuple[str | None, str]:
@@ -211,7 +217,8 @@ def check_cluster(prepared: Prepared) -> None:
     Connecting starts nothing: the cluster already runs. ``prepared.cluster`` is set.
 
     Raises:
-        SpecError: If a trial can never fit on the cluster, or the cluster cannot be reached.
+        SpecError: If a trial can never fit on the cluster.
+        ClusterError: If the cluster cannot be reached.
     """
     from tuner.cluster import cluster_resources, ray_session
     from tuner.resources import check_fits
@@ -220,8 +227,8 @@ def check_cluster(prepared: Prepared) -> None:
         with ray_session(address=prepared.address):
             prepared.cluster = cluster_resources(prepared.address)
     except ConnectionError as err:
-        raise SpecError([SpecIssue("", f"cannot reach the Ray cluster at {prepared.address}: {err}")],
-                        prepared.spec.source or "tuner") from None
+        raise ClusterError(f"cannot reach the Ray cluster at {prepared.address}: {err}",
+                           prepared.spec.source or "tuner") from None
     check_fits(prepared.spec, prepared.cluster)
 
 
@@ -360,6 +367,9 @@ def tune_model(
     Raises:
         SpecError: If the spec, the train function, the resources or the experiment
             folder is wrong; raised before Ray starts, with nothing written.
+        ClusterError, StorageError, ExperimentLocked: If the cluster at ``address``, the
+            cloud ``storage`` or the experiment folder cannot be used; like SpecError, an
+            :class:`~tuner.errors.InputError`.
         TrialError: If the very first trial failed with a bug in the train function
             before any trial reported a result, so the experiment stopped
             (``failure.abort_on_first_error``; ``tuner run`` exits 1 there). The trial's
@@ -434,7 +444,7 @@ def _disk_full_error(prepared: Prepared, watch):
     if not prepared.remote:  # a cloud experiment's state is in the bucket, not on this disk
         try:
             check_state(prepared.experiment_path)
-        except SpecError:
+        except ExperimentError:
             resumable = False
     path, what = (watch.path, watch.what) if watch.path else (str(prepared.experiment_path), "into ")
     storage = str(prepared.experiment_path.parent)
@@ -742,13 +752,14 @@ def prepare_resume(
         address: A running Ray cluster to use instead.
 
     Raises:
-        SpecError: If the folder is not a tuner experiment, its state cannot be read,
-            or the spec changed in a way a resume cannot honour.
+        ExperimentError: If the folder is not a tuner experiment, its state cannot be read,
+            or its trainable cannot be imported by name.
+        StorageError: If a cloud experiment cannot be downloaded.
+        SpecError: If the spec changed in a way a resume cannot honour.
     """
     import json
 
     from tuner.failures import check_state, time_budget_used
-    from tuner.spec import SpecIssue, SpecError
 
     from tuner.storage import StorageError, display, download, is_remote, mirror_dir, parent_and_name
 
@@ -758,25 +769,24 @@ def prepare_resume(
         try:
             download(location, path)  # Ray's state and tuner's records, not the checkpoints
         except StorageError as err:
-            raise SpecError([SpecIssue("", f"{err}. Check the URI and this machine's credentials.")],
-                            display(location)) from None
+            raise StorageError(f"{err}. Check the URI and this machine's credentials.", display(location)) from None
         storage, name = parent_and_name(location)
     else:
         path = Path(experiment_path).expanduser().resolve()
         storage, name = str(path.parent), path.name
     record_file = path / RUN_RECORD
     if not record_file.is_file() or not (path / SPEC_SNAPSHOT).is_file():
-        raise SpecError([SpecIssue("", f"{path} is not a tuner experiment folder (no {RUN_RECORD} and "
-                                   f"{SPEC_SNAPSHOT}); give the folder `tuner run` created, e.g. runs/mnist-asha.")],
-                        str(path))
+        raise ExperimentError(f"{path} is not a tuner experiment folder (no {RUN_RECORD} and "
+                              f"{SPEC_SNAPSHOT}); give the folder `tuner run` created, e.g. runs/mnist-asha.",
+                              str(path))
     record = json.loads(record_file.read_text())
     saved = load_spec(path / SPEC_SNAPSHOT, require_trainable=False)
     if saved.trainable is None and trainable is None:
-        raise SpecError([SpecIssue("", f"this experiment was started from Python with tune_model(trainable=...), "
-                                   "given a callable that cannot be imported by name (a lambda, a local function, "
-                                   "a tune.with_parameters wrapper or one defined in __main__), so `tuner resume` "
-                                   "cannot find its trainable. Resume it from Python: tuner.engine.resume_prepared("
-                                   f"tuner.engine.prepare_resume({str(path)!r}, trainable=...)).")], str(path))
+        raise ExperimentError(f"this experiment was started from Python with tune_model(trainable=...), "
+                              "given a callable that cannot be imported by name (a lambda, a local function, "
+                              "a tune.with_parameters wrapper or one defined in __main__), so `tuner resume` "
+                              "cannot find its trainable. Resume it from Python: tuner.engine.resume_prepared("
+                              f"tuner.engine.prepare_resume({str(path)!r}, trainable=...)).", str(path))
     source = spec or (record.get("spec_source") if record.get("spec_source") and
                       Path(record["spec_source"]).is_file() else None)
     current = load_spec(source) if source else saved

@@ -1,23 +1,39 @@
-"""tuner's own errors: one base class, and what each kind means for the caller.
+"""tuner's own errors: one taxonomy, and the exit code each kind means for the caller.
 
-* :class:`TunerError`: the base of every error tuner raises on purpose. ``exit_code``
-  is what the command line exits with when it reaches the top.
-* :class:`TrialError`: trials failed in a way that ends the experiment (the first trial's
-  bug under ``failure.abort_on_first_error``). Exit code 1, like a run whose trials errored.
+Modelled on Hydra's ``hydra.errors``: every error tuner raises on purpose derives from
+:class:`TunerError`, and the command line's one catch site (:func:`tuner.cli.main`) prints
+its message as one paragraph (``tuner: error: <message>``; the traceback only with
+``TUNER_DEBUG=1``) and exits with its ``exit_code``::
 
-Input errors (a bad spec, an unreachable storage, a locked folder) exit with 2; they
-live beside the code that finds them (:class:`tuner.spec.SpecError`) for now.
+    TunerError                      exit 1
+    +-- InputError                  exit 2   bad input; refused before anything starts
+    |   +-- SpecError               (tuner.spec) the spec, or a --set/option that sets a spec field
+    |   +-- StorageError            the storage URI cannot be reached, read or written
+    |   +-- ExperimentError         the experiment folder cannot be resumed
+    |   |   +-- ExperimentLocked    the experiment folder is in use by another run
+    |   +-- ClusterError            the Ray cluster or its Jobs API (--address)
+    |   +-- ReportError             (tuner.report) no experiment (or storage) folder to report on
+    +-- TrialError                  exit 1   the first trial's bug ended the experiment
+    +-- DiskFullError               exit 75  the disk holding the experiment is full
+
+Any other exception is a bug (or Ray's own error): exit 1, its type and message, and
+``tuner: set TUNER_DEBUG=1 to see the traceback.``; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["TunerError", "TrialError", "DiskFullError"]
+__all__ = ["TunerError", "InputError", "StorageError", "ExperimentError", "ExperimentLocked", "ClusterError",
+           "TrialError", "DiskFullError"]
 
 
 class TunerError(Exception):
     """Base of the errors tuner raises on purpose (not bugs, not Ray's own errors).
+
+    Raised through its subclasses; :func:`tuner.cli.main` catches every one of them,
+    prints ``tuner: error: <message>`` and exits with its ``exit_code``. Exit code 1
+    (each subclass below says its own).
 
     Attributes:
         exit_code: The command line's exit code for this error.
@@ -26,13 +42,79 @@ class TunerError(Exception):
     exit_code = 1
 
 
+class InputError(TunerError):
+    """Bad input: the command cannot go on as given, and nothing was started for it.
+
+    The base of the input errors below; raised as itself for command-line options that
+    exclude each other (``tuner resume --resume-errored --restart-errored``). The command
+    line prints the one-paragraph message and exits with code 2.
+
+    Args:
+        message: What is wrong and what to do, one paragraph.
+        where: What the message is about (a file, an option such as ``--address``); the
+            message then reads ``<where>: <message>``, as a :class:`~tuner.spec.SpecError` does.
+
+    Attributes:
+        where: As given.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str = "", where: str | None = None):
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class StorageError(InputError, RuntimeError):
+    """The storage URI cannot be reached, read or written (the message names the URI).
+
+    Raised by :mod:`tuner.storage` (listing, opening, downloading or uploading a cloud
+    folder), which :func:`tuner.engine.prepare` and :func:`tuner.engine.prepare_resume` call
+    before anything starts, as do ``tuner report`` and ``tuner list`` for a cloud URI. A
+    ``storage`` value that is malformed (no bucket, a relative ``file://`` path) is a
+    :class:`~tuner.spec.SpecError` instead. Exit code 2 (also for an upload that fails
+    during a run: the experiment's files are then in its local mirror). Also a
+    ``RuntimeError``, as before.
+    """
+
+
+class ExperimentError(InputError):
+    """The experiment folder cannot be resumed: it is not a tuner experiment, its state is
+    missing or unreadable, or its trainable cannot be found by name.
+
+    Raised by :func:`tuner.engine.prepare_resume` and :func:`tuner.failures.check_state`
+    before Ray starts (``tuner resume`` exits with code 2); nothing is written.
+    """
+
+
+class ExperimentLocked(ExperimentError, RuntimeError):
+    """Another ``tuner`` process is running this experiment (its folder is locked).
+
+    Raised by :class:`tuner.failures.ExperimentLock` on entry, where ``tuner run`` and
+    ``tuner resume`` exit with code 2 before they write anything. Also a
+    ``RuntimeError``, as before.
+    """
+
+
+class ClusterError(InputError):
+    """The Ray cluster or its Jobs API cannot be used as given.
+
+    Raised by :func:`tuner.engine.prepare` (``--num-cpus``/``--num-gpus`` together with an
+    address), :func:`tuner.engine.check_cluster` (the cluster at ``--address`` cannot be
+    reached), :func:`tuner.cluster.job_client` (``--address`` is not the dashboard's
+    http(s) URL, or the Jobs API cannot be reached), :func:`tuner.cluster.submit_job` (a
+    ``--working-dir`` that is not a folder) and :func:`tuner.cluster.stage_submitted_spec`
+    (outside a job sent by ``tuner submit``). Exit code 2.
+    """
+
+
 class TrialError(TunerError):
     """A trial's error ended the experiment; its traceback is chained as ``__cause__``.
 
     Raised by :func:`tuner.tune_model` where ``tuner run`` exits with code 1 and prints the
     train function's traceback: the very first trial failed with a bug in the train
     function before any trial reported a result, so the experiment stopped
-    (``failure.abort_on_first_error``).
+    (``failure.abort_on_first_error``). Exit code 1.
 
     Attributes:
         trial_id: The failed trial's id.

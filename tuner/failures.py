@@ -27,6 +27,7 @@ from typing import Any, Mapping
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
+from tuner.errors import ExperimentError, ExperimentLocked  # ExperimentLocked: imported from here too
 from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CORRUPT_SUFFIX, EXPERIMENT_STATE_GLOB, LOCK_FILE,
                           SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
 from tuner.spec import stop_operator
@@ -239,10 +240,6 @@ class PlacementGroupReleaser(Callback):
         self._release(trial)
 
 
-class ExperimentLocked(RuntimeError):
-    """Another ``tuner`` process is running this experiment."""
-
-
 class ExperimentLock:
     """An exclusive, non-blocking lock on an experiment folder, held while a run lasts.
 
@@ -339,20 +336,18 @@ def check_state(experiment_path: str | os.PathLike) -> None:
     """Refuse to resume an experiment whose state is unreadable and has no snapshot.
 
     Raises:
-        SpecError: Naming the unreadable file; a resume never silently starts over.
+        ExperimentError: Naming the unreadable file; a resume never silently starts over.
     """
-    from tuner.spec import SpecError, SpecIssue
-
     path = Path(experiment_path)
     newest = newest_state_file(path)
     snapshot = newest_state_file(path / STATE_SNAPSHOT_DIR)
     if newest is None and snapshot is None:
-        raise SpecError([SpecIssue("", f"no experiment state ({EXPERIMENT_STATE_GLOB}) in {path}: the run stopped "
-                                   "before Ray Tune saved any; start it again with `tuner run`.")], str(path))
+        raise ExperimentError(f"no experiment state ({EXPERIMENT_STATE_GLOB}) in {path}: the run stopped before "
+                              "Ray Tune saved any; start it again with `tuner run`.", str(path))
     if newest is not None and not _readable(newest) and (snapshot is None or not _readable(snapshot)):
-        raise SpecError([SpecIssue("", f"the experiment state {newest.name} is truncated or unreadable and no "
-                                   "earlier snapshot exists, so resuming would start over; refusing. Keep the "
-                                   "results, and start a new experiment with `tuner run --name NEW`.")], str(path))
+        raise ExperimentError(f"the experiment state {newest.name} is truncated or unreadable and no "
+                              "earlier snapshot exists, so resuming would start over; refusing. Keep the "
+                              "results, and start a new experiment with `tuner run --name NEW`.", str(path))
 
 
 def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:

@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from tuner.best import best_reported, has_result, is_finite_number, nan_to_none, ranked
+from tuner.errors import InputError
 from tuner.files import atomic_write
 from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, RESULT_FILE, RESULTS_CSV,
                           RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
@@ -50,8 +51,13 @@ _ENDED = ("TERMINATED", "ERROR")
 _NOT_METRICS = RAY_RESULT_KEYS - PROGRESS_KEYS
 
 
-class ReportError(ValueError):
-    """The path is not an experiment folder (or a storage folder for ``tuner list``)."""
+class ReportError(InputError, ValueError):
+    """The path is not an experiment folder (or a storage folder for ``tuner list``).
+
+    Raised by :func:`load_experiment` and :func:`list_experiments`, before anything is
+    written; ``tuner report`` and ``tuner list`` exit with code 2 (an
+    :class:`~tuner.errors.InputError`, also a ``ValueError``).
+    """
 
 
 @dataclass

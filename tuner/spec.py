@@ -52,6 +52,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypeAliasType
 
+from tuner.errors import InputError
 from tuner.params import spec_paths
 
 __all__ = [
@@ -102,11 +103,15 @@ class SpecIssue:
     source: str | None = None
 
 
-class SpecError(ValueError):
+class SpecError(InputError, ValueError):
     """A spec that cannot be run. ``str()`` gives one line per problem.
 
-    Each line reads ``file:line:col: field.path: message``. The CLI prints it and exits
-    with code 2; nothing has been started or written when it is raised.
+    Each line reads ``file:line:col: field.path: message``. Raised by :func:`load_spec`
+    (and ``--set``), and wherever a spec field is checked against the train function, the
+    resources, the cluster's nodes, the experiment folders (``name``) or, on resume, the
+    experiment's own spec. The CLI prints it and exits with code 2 (an
+    :class:`~tuner.errors.InputError`, also a ``ValueError``); nothing has been started or
+    written when it is raised.
 
     Attributes:
         issues: The problems, in file order.

@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tuner.errors import StorageError  # defined with the other errors; imported from here too
 from tuner.layout import CHECKPOINT_PREFIX, DOWNLOAD_SUFFIX, LOCK_FILE, TMP_SUFFIX
 
 __all__ = ["REMOTE_SCHEMES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
@@ -36,10 +37,6 @@ __all__ = ["REMOTE_SCHEMES", "is_remote", "join", "display", "parent_and_name", 
 #: URI schemes pyarrow.fs opens as a cloud or cluster filesystem (``FileSystem.from_uri``).
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-class StorageError(RuntimeError):
-    """The storage URI cannot be reached, read or written (the message names the URI)."""
 
 
 def scheme_of(location: str) -> str | None:

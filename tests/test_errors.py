@@ -1,0 +1,146 @@
+"""The error taxonomy (tuner.errors): each class's exit code, and the CLI's one catch site that maps it.
+
+No Ray starts here: the errors come from monkeypatched loaders in-process, or from real raise sites
+that refuse before Ray starts (RAY_TMPDIR stays empty).
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.conftest import run_cli
+from tuner import cli, errors
+from tuner.errors import (ClusterError, DiskFullError, ExperimentError, ExperimentLocked, InputError, StorageError,
+                          TrialError, TunerError)
+from tuner.report import ReportError
+from tuner.spec import SpecError, SpecIssue
+
+EXIT_CODES = {TunerError: 1, InputError: 2, SpecError: 2, StorageError: 2, ExperimentError: 2, ExperimentLocked: 2,
+              ClusterError: 2, ReportError: 2, TrialError: 1, DiskFullError: 75}
+
+
+def test_each_error_class_has_its_documented_exit_code():
+    for cls, code in EXIT_CODES.items():
+        assert cls.exit_code == code, cls
+        assert issubclass(cls, TunerError), cls
+        assert (code == 2) == issubclass(cls, InputError), cls
+        assert re.search(rf"exits? (with )?code {code}\b", " ".join(cls.__doc__.split()), re.I), cls  # documented
+    assert set(errors.__all__) <= {cls.__name__ for cls in EXIT_CODES}
+    assert issubclass(ExperimentLocked, ExperimentError)
+    # The classes keep the builtin bases they had, for callers that catch those.
+    assert issubclass(SpecError, ValueError) and issubclass(ReportError, ValueError)
+    assert issubclass(StorageError, RuntimeError) and issubclass(ExperimentLocked, RuntimeError)
+    # One class each, wherever it is imported from.
+    from tuner import storage
+
+    assert storage.StorageError is StorageError
+
+
+def _errors():
+    return [
+        SpecError([SpecIssue("num_samples", "must be greater than or equal to 1, but got 0 (int).", 5, 14)], "s.yaml"),
+        StorageError("cannot list s3://bucket/runs/x: no route", "--storage s3://bucket/runs"),
+        ExperimentError("/runs/x is not a tuner experiment folder", "/runs/x"),
+        ExperimentLocked("the experiment folder /runs/x is in use by pid 7; wait for that run to end (or stop it) "
+                         "and try again."),
+        ClusterError("the Ray Jobs API needs the head's dashboard address, --address http://HEAD:8265.", "--address"),
+        ReportError("/runs/x does not exist; give an experiment folder"),
+        InputError("--resume-errored and --restart-errored exclude each other; choose one."),
+        TrialError("the first trial, t_00000, failed before any trial reported a result"),
+        DiskFullError("/runs/x/summary.json", "/runs/x"),
+    ]
+
+
+@pytest.mark.parametrize("error", _errors(), ids=lambda e: type(e).__name__)
+def test_the_cli_maps_each_error_to_one_paragraph_and_its_exit_code(monkeypatch, capsys, error):
+    """Whatever command meets it, main() prints `tuner: error: <message>` and exits with the class's code."""
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.delenv("TUNER_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "_parse_sets", fail)  # what `validate` calls first
+    with pytest.raises(SystemExit) as info:
+        cli.main(["validate", "s.yaml"])
+    assert info.value.code == type(error).exit_code
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"tuner: error: {error}\n")
+    # TUNER_DEBUG=1: the traceback, then the same paragraph.
+    monkeypatch.setenv("TUNER_DEBUG", "1")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["validate", "s.yaml"])
+    assert info.value.code == type(error).exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.endswith(f"tuner: error: {error}\n")
+
+
+def test_an_unexpected_error_exits_1_and_names_its_type(monkeypatch, capsys):
+    def fail(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.delenv("TUNER_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "_parse_sets", fail)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["validate", "s.yaml"])
+    assert info.value.code == 1
+    assert capsys.readouterr().err == "tuner: error: RuntimeError: boom\ntuner: set TUNER_DEBUG=1 to see the traceback.\n"
+
+
+SPEC = """\
+name: locked
+trainable: tests.trainables:quadratic
+metric: loss
+mode: min
+num_samples: 1
+param_space: {x: 0.5}
+resources: {cpu: 1}
+"""
+
+
+def _refused(ray_tmp, *args):
+    """`tuner ARGS` refused with exit 2 and one paragraph, before any Ray started."""
+    proc = run_cli(*args, timeout=120, env={"RAY_TMPDIR": str(ray_tmp)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not any(ray_tmp.iterdir()), "Ray started"
+    return proc.stderr
+
+
+def test_real_input_errors_exit_2_before_ray_starts(tmp_path):
+    ray_tmp = tmp_path / "ray"
+    ray_tmp.mkdir()
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    # ClusterError: a local Ray's size with a cluster's address.
+    assert _refused(ray_tmp, "validate", spec, "--address", "127.0.0.1:1", "--num-cpus", "2") == (
+        f"tuner: error: {spec}: --num-cpus sizes the local Ray that tuner starts, but this run connects to the Ray "
+        "cluster at 127.0.0.1:1 (from --address), whose own resources apply; drop --num-cpus, or drop the address "
+        "to run locally.\n")
+    # ClusterError: the Jobs API wants the dashboard's URL (`jobs logs --follow` exited 1 with "SpecError: ..." once).
+    for command in (["jobs", "status", "j1"], ["jobs", "logs", "j1", "--follow"]):
+        assert _refused(ray_tmp, *command, "--address", "127.0.0.1:6379") == (
+            "tuner: error: --address: the Ray Jobs API needs the head's dashboard address, --address "
+            "http://HEAD:8265, but got '127.0.0.1:6379'.\n")
+    # InputError: options that exclude each other.
+    assert _refused(ray_tmp, "resume", tmp_path, "--resume-errored", "--restart-errored") == (
+        "tuner: error: --resume-errored and --restart-errored exclude each other; choose one.\n")
+    # ExperimentError: not an experiment folder.
+    assert _refused(ray_tmp, "resume", spec.parent).startswith(
+        f"tuner: error: {tmp_path}: {tmp_path} is not a tuner experiment folder (no tuner_run.json and spec.yaml)")
+
+
+def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path):
+    from tuner.failures import ExperimentLock
+
+    ray_tmp = tmp_path / "ray"
+    ray_tmp.mkdir()
+    exp = tmp_path / "runs" / "locked"
+    exp.mkdir(parents=True)
+    (exp / "spec.yaml").write_text(SPEC)
+    (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
+    (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
+    with ExperimentLock(exp):  # held by this process: the resume's own flock is refused
+        stderr = _refused(ray_tmp, "resume", exp, "--num-cpus", "1")
+    assert stderr == (f"tuner: error: the experiment folder {exp} is in use by pid {os.getpid()}; wait for that run "
+                      "to end (or stop it) and try again.\n")
