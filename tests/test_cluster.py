@@ -431,6 +431,13 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path):
     extra_id = extra.node_id()
     spec = write_spec(tmp_path, "node-loss", num_samples=3, epochs=6, sleep=0.5)
     spec.write_text(spec.read_text().replace("tests.trainables:where", "tests.cluster_trainables:held_on_node"))
+    # One trial a node: the run starts only once the cluster counts the extra node (under load
+    # it joined after the trials were placed, and all three ran on the other two nodes).
+    deadline = time.monotonic() + 120  # a hang guard, not a timing check
+    while "(3 nodes)" not in (plan := run_cli("validate", spec, "--address", cluster["address"],
+                                              env=client_env(cluster))).stdout:
+        assert time.monotonic() < deadline, f"the extra node {extra_id} never joined: {plan.stdout}{plan.stderr}"
+        time.sleep(1)
     held = tmp_path / "held"
     exp = tmp_path / "runs" / "node-loss"
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", cluster["address"],

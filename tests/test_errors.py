@@ -7,6 +7,7 @@ that refuse before Ray starts (RAY_TMPDIR stays empty).
 import json
 import os
 import re
+import socket
 
 import pytest
 
@@ -117,6 +118,16 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path):
         f"tuner: error: {spec}: --num-cpus sizes the local Ray that tuner starts, but this run connects to the Ray "
         "cluster at 127.0.0.1:1 (from --address), whose own resources apply; drop --num-cpus, or drop the address "
         "to run locally.\n")
+    # ClusterError: nothing answers at the address (Ray's own connect retried for minutes, then exit 1).
+    with socket.socket() as sock:  # a port where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    before = sorted(tmp_path.rglob("*"))
+    for command in ("validate", "run"):
+        assert _refused(ray_tmp, command, spec, "--address", f"127.0.0.1:{port}") == (
+            f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection "
+            "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
+    assert sorted(tmp_path.rglob("*")) == before, "nothing is written"
     # ClusterError: the Jobs API wants the dashboard's URL (`jobs logs --follow` exited 1 with "SpecError: ..." once).
     for command in (["jobs", "status", "j1"], ["jobs", "logs", "j1", "--follow"]):
         assert _refused(ray_tmp, *command, "--address", "127.0.0.1:6379") == (

@@ -37,6 +37,32 @@ def cluster_resources(address: str | None = None) -> ClusterResources:
                             tuple((float(n.get("CPU", 0)), float(n.get("GPU", 0))) for n in alive))
 
 
+def unreachable(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing answers at a cluster's ``host:port`` address, or None when something does.
+
+    ``ray.init`` retries an address where nothing listens for minutes (and logs each
+    try); one TCP connection to the head's GCS port tells at once. Other forms of address
+    (``auto``, ``local``, ``ray://...``, the dashboard's ``http://...``) are left to Ray.
+
+    Args:
+        address: The cluster's address, as ``--address`` gives it.
+        timeout_s: How long the connection may take, in seconds.
+
+    Returns:
+        The reason (e.g. ``connection refused``), or None.
+    """
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "/" in address or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        return (err.strerror or str(err) or type(err).__name__).lower()
+    return None
+
+
 def use_token_if_available() -> bool:
     """Send this machine's Ray token to clusters, as the Ray CLI does with ``RAY_AUTH_MODE=token``.
 

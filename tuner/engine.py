@@ -103,6 +103,14 @@ def prepare(
         raise ClusterError(f"{flags} {'size' if ' and ' in flags else 'sizes'} the local Ray that tuner starts, but this run connects to "
                            f"the Ray cluster at {address} (from {where}), whose own resources apply; drop "
                            f"{flags}, or drop the address to run locally.", spec.source or "tuner")
+    if address is not None:
+        from tuner.cluster import unreachable
+
+        why = unreachable(address)
+        if why is not None:
+            raise ClusterError(f"cannot reach the Ray cluster at {address} (from {where}): {why}. Start it with "
+                               f"`ray start --head`, or give the address that `ray start` printed.",
+                               spec.source or "tuner")
     if trainable is not None:
         if not callable(trainable):
             raise TypeError(f"trainable must be a function of config or a ray.tune.Trainable subclass, but got "
