@@ -26,7 +26,7 @@ from ray.tune import ResultGrid
 
 from tuner.best import ERROR, best as best_of, metric_value, nan_to_none, ranked
 from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
-from tuner.layout import BEST_CONFIG, ERROR_FILE, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER
+from tuner.layout import BEST_CONFIG, ERROR_FILE, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER, trial_id_of_folder
 from tuner.params import RAY_RESULT_KEYS, flatten
 from tuner.space import plain
 from tuner.spec import Spec
@@ -173,7 +173,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     aborted = aborted_error = None
     for result, status in zip(grid, statuses):
         metrics = result.metrics or {}
-        trial_id = metrics.get("trial_id") or Path(result.path).name
+        trial_id = metrics.get("trial_id") or trial_id_of_folder(Path(result.path).name)
         row = {"trial_id": trial_id, "status": status}
         row.update({f"config/{k}": v for k, v in flatten(plain(result.config or {})).items()})
         row.update(_user_metrics(metrics) if metrics else {})
@@ -183,7 +183,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
             marker = local / TIMEOUT_MARKER  # written by a trial ended by trial_timeout_s
             text = marker.read_text().strip() if marker.is_file() else _last_line(result.error)
             errors.append({"trial_id": trial_id, "error": text, "path": where(result.path)})
-        if aborted_by is not None and (trial_id == aborted_by or Path(result.path).name.endswith(aborted_by)):
+        if aborted_by is not None and trial_id == aborted_by:
             aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / ERROR_FILE, result.error),
                        "path": where(result.path)}
             aborted_error = result.error
