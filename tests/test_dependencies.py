@@ -51,7 +51,7 @@ def _third_party_imports() -> dict[str, set[str]]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _packages_distributions() -> dict[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
@@ -100,7 +100,7 @@ def test_the_import_check_catches_an_undeclared_package():
 
 
 def test_every_dependency_has_a_lower_bound_that_the_installed_version_meets():
-    for name, req in _declared().items():
+    for _name, req in _declared().items():
         assert any(spec.operator in (">=", "==", "~=") for spec in req.specifier), f"{req}: no lower bound"
         installed = Version(importlib.metadata.version(req.name))
         assert req.specifier.contains(installed, prereleases=True), f"{req}: the installed {installed} is outside"

@@ -491,7 +491,7 @@ class _FakeRayHead(http.server.BaseHTTPRequestHandler):
     token = "0123abcd"
     seen: list[str] = []
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         """Answer 200 for the raylet health check, and for /api/version with the right token only."""
         self.seen.append(self.path)
         if self.path == "/api/local_raylet_healthz":

@@ -197,7 +197,7 @@ def test_mnist_trains_with_amp(reports, amp, monkeypatch):
     mnist.train({**QUICK, "epochs": 2})
     assert dtypes == {(True, torch.bfloat16), (False, torch.bfloat16)}, "autocast in training and validation"
     assert [m["epoch"] for m, _ in reports] == [1, 2]
-    for i, (metrics, ckpt) in enumerate(reports):
+    for i, (metrics, _ckpt) in enumerate(reports):
         assert_sane(metrics, i + 1)
     assert reports[-1][0]["val_accuracy"] > 0.5
     state = torch.load(os.path.join(reports[-1][1], _common.CHECKPOINT_FILE), weights_only=True)

@@ -22,7 +22,8 @@ import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -557,7 +558,7 @@ def _private_module(dotted: str) -> bool:
         ("ray.tune.execution", "ray.train.v2")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ray_vocabulary() -> frozenset:
     """Every ``_name`` in the installed Ray's source (tests left out)."""
     import re
@@ -632,7 +633,7 @@ def _ray_classes(tree, imports: dict[str, str]) -> dict[str, list]:
     return direct
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ray_class_names(cls: type) -> frozenset:
     """The ``_names`` of a Ray class: its attributes and the ``self._x`` its (Ray) classes set or read."""
     import re

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +110,7 @@ def test_max_t_defaults_to_stop(tmp_path):
 
 def test_spec_is_frozen(tmp_path):
     spec = load_spec(write(tmp_path, BASE))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         spec.num_samples = 5
 
 

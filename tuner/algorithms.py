@@ -111,7 +111,7 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
         return ASHAScheduler(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
                              reduction_factor=s.reduction_factor, brackets=s.brackets,
                              stop_last_trials=s.stop_last_trials)
-    if s.type in ("hyperband", "bohb"):
+    if s.type == "hyperband" or s.type == "bohb":
         cls = _HyperBand if s.type == "hyperband" else _HyperBandForBOHB
         return cls(time_attr=s.time_attr, max_t=spec.scheduler_max_t, reduction_factor=s.reduction_factor,
                    stop_last_trials=s.stop_last_trials)
@@ -145,7 +145,7 @@ class _NeverWaitForever:
         from tuner import ray_internals
 
         bracket = ray_internals.hyperband_bracket(self, trial)
-        super().on_trial_remove(tune_controller, trial)
+        super().on_trial_remove(tune_controller, trial)  # type: ignore[misc]  # a mixin before Ray's HyperBand
         for other in ray_internals.finished_bracket_trials(bracket):
             if other.status == Trial.PAUSED:
                 ray_internals.controller_stop_trial(tune_controller, other)

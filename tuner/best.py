@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
 
 from tuner.params import NAME_SEP
 

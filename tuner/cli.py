@@ -28,8 +28,8 @@ def _debug() -> bool:
 
 
 _run_options = [
-    click.option("--storage", type=str, default=None, help="Parent folder of the experiment, or a cloud URI such as s3://bucket/runs "
-                 "(overrides spec.storage)."),
+    click.option("--storage", type=str, default=None, help="Parent folder of the experiment, or a cloud URI such as "
+                 "s3://bucket/runs (overrides spec.storage)."),
     click.option("--name", type=str, default=None, help="Experiment name (overrides spec.name)."),
     click.option("--num-samples", type=int, default=None, help="Trials to sample (overrides spec.num_samples)."),
     click.option("--num-cpus", type=float, default=None, help="CPUs of the local Ray (default: all)."),

@@ -11,7 +11,7 @@ import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import ray
 
@@ -134,8 +134,8 @@ def ray_session(
     try:
         context = ray.init(
             address=address,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
+            num_cpus=num_cpus,  # type: ignore[arg-type]  # annotated int; the CLI's --num-cpus is a float
+            num_gpus=num_gpus,  # type: ignore[arg-type]
             include_dashboard=False if address is None else None,
             log_to_driver=False,
             logging_level=logging.WARNING,
@@ -145,7 +145,9 @@ def ray_session(
         if hidden is not None:
             os.environ["RAY_ADDRESS"] = hidden
     try:
-        yield context.address_info.get("session_dir")
+        # A ray:// address gives a ClientContext, which has no address_info (and no local session).
+        info = getattr(context, "address_info", None)
+        yield info.get("session_dir") if info else None
     finally:
         ray.shutdown()
 

@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
 from tuner.layout import BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES, trial_folder_name
@@ -100,7 +101,8 @@ def prepare(
     address, where = _resolve_address(address, spec)
     if address is not None and (num_cpus is not None or num_gpus is not None):
         flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
-        raise ClusterError(f"{flags} {'size' if ' and ' in flags else 'sizes'} the local Ray that tuner starts, but this run connects to "
+        verb = "size" if " and " in flags else "sizes"
+        raise ClusterError(f"{flags} {verb} the local Ray that tuner starts, but this run connects to "
                            f"the Ray cluster at {address} (from {where}), whose own resources apply; drop "
                            f"{flags}, or drop the address to run locally.", spec.source or "tuner")
     if address is not None:
@@ -314,7 +316,7 @@ class _InterruptWatch:
     installed its handlers at all.
     """
 
-    def __enter__(self) -> "_InterruptWatch":
+    def __enter__(self) -> _InterruptWatch:
         import signal
 
         self.interrupted = False

@@ -22,7 +22,8 @@ import fcntl
 import operator
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
@@ -35,8 +36,8 @@ from tuner.state import load_state_file, newest_state_file, read_state
 
 _COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
 
-__all__ = ["ExperimentStopper", "reopen_searcher", "time_budget_used", "ExperimentLock", "ExperimentLocked", "StateSnapshots", "check_state",
-           "restore_state_snapshot", "PlacementGroupReleaser"]
+__all__ = ["ExperimentStopper", "reopen_searcher", "time_budget_used", "ExperimentLock", "ExperimentLocked",
+           "StateSnapshots", "check_state", "restore_state_snapshot", "PlacementGroupReleaser"]
 
 
 class ExperimentStopper(Callback, Stopper):
@@ -75,7 +76,8 @@ class ExperimentStopper(Callback, Stopper):
                  time_budget_s: float | None = None, record_file: str | os.PathLike | None = None,
                  metric: str | None = None, mode: str | None = None):
         self.stop = dict(stop or {})
-        self._stop_rules = [(key, _COMPARE[stop_operator(key, metric, mode)], value) for key, value in self.stop.items()]
+        self._stop_rules = [(key, _COMPARE[stop_operator(key, metric, mode)], value)
+                            for key, value in self.stop.items()]
         self.enabled = enabled
         self.time_budget_s = time_budget_s
         self.record_file = str(record_file) if record_file else None
@@ -257,7 +259,7 @@ class ExperimentLock:
         self.path = Path(experiment_path) / LOCK_FILE
         self._fd: int | None = None
 
-    def __enter__(self) -> "ExperimentLock":
+    def __enter__(self) -> ExperimentLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

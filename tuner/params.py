@@ -19,7 +19,8 @@ No Ray here (``tuner report`` uses this module).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
 
 if TYPE_CHECKING:
     from tuner.spec import Spec

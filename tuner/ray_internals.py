@@ -14,7 +14,8 @@ without Ray); each entry imports what it needs when called.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from tuner.layout import CHECKPOINT_PREFIX
 
@@ -403,6 +404,13 @@ class CLIReporterHooks:
     (``(trial, metric)``, as Ray's) and ``edit_table(text, trials, delim)``.
     """
 
+    if TYPE_CHECKING:  # Ray's attribute, and what the subclass defines
+        _last_report_time: Any
+
+        def table_best_trial(self, trials: list) -> tuple: ...
+
+        def edit_table(self, text: str, trials: list, delim: str) -> str: ...
+
     def _current_best_trial(self, trials: list):
         return self.table_best_trial(trials)
 
@@ -445,6 +453,9 @@ class TBXLoggerHooks:
     :class:`tuner.reporting.HParamsTBXCallback`.
     """
 
+    if TYPE_CHECKING:  # what the subclass defines
+        def log_hparams(self, trial, result: dict) -> None: ...
+
     def _try_log_hparams(self, trial, result: dict) -> None:
         self.log_hparams(trial, result)
 
@@ -471,15 +482,15 @@ class WandbLoggerHooks:
 
     def _start_logging_actor(self, trial, exclude_results, **wandb_init_kwargs):
         self.init_kwargs(trial, wandb_init_kwargs)
-        if not self._remote_logger_class:  # type: ignore[has-type]
+        if not self._remote_logger_class:
             import ray
             from ray.air.util.node import _force_on_current_node
 
             # As Ray's own, but with that env.
             self._remote_logger_class = ray.remote(
                 num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": self.actor_env()},
-                max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)  # type: ignore[attr-defined]
-        return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)  # type: ignore[misc]
+                max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)
+        return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)
 
 
 # --------------------------------------------------------------------------- the Ray process and the cluster
@@ -518,7 +529,7 @@ def refresh_auth_mode() -> None:
     ``ray._raylet.Config.initialize("")``, and so does
     :func:`tuner.cluster.use_token_if_available`.
     """
-    from ray._raylet import Config
+    from ray._raylet import Config  # type: ignore[attr-defined]  # a Cython class
 
     Config.initialize("")
 

@@ -174,7 +174,7 @@ def _py(value: Any) -> Any:
 
 def _results(file: Path) -> list[dict]:
     """The trial's results, one dict per line of ``result.json``; a half-written last line is skipped."""
-    rows = []
+    rows: list[dict] = []
     try:
         text = file.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -713,7 +713,7 @@ def _log_param(exp: Experiment, name: str, vals: list) -> bool:
             if n == name:
                 return "log" in d.type
     pos = [v for v in vals if v is not None and v > 0]
-    return len(pos) == len(vals) and pos and max(pos) / min(pos) > 100
+    return len(pos) == len(vals) and bool(pos) and max(pos) / min(pos) > 100
 
 
 def _plot_params(exp: Experiment):
@@ -789,7 +789,7 @@ def _plot_parallel(exp: Experiment, top: int):
         best = t["trial_id"].iloc[j] == exp.best_trial
         ax.plot(xs, [c[1][j] for c in axes_cols], color="crimson" if best else colors[j], lw=2.6 if best else 1.3,
                 alpha=1 if best else 0.85, zorder=3 if best else 2, marker="o", ms=3)
-    for x, (label, _, ticks) in zip(xs, axes_cols):
+    for x, (_label, _, ticks) in zip(xs, axes_cols):
         ax.axvline(x, color="black", lw=1, zorder=1)
         ax.text(x, -0.06, ticks[0], ha="center", va="top", fontsize=8)
         ax.text(x, 1.06, ticks[1], ha="center", va="bottom", fontsize=8)

@@ -67,7 +67,7 @@ def prepare_console() -> None:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
 
 
-def build_reporter(spec: Spec) -> "TableReporter | None":
+def build_reporter(spec: Spec) -> TableReporter | None:
     """Build the CLIReporter whose columns are the sampled parameters and the metrics.
 
     Returns:
@@ -120,7 +120,7 @@ class TableReporter(CLIReporterHooks, CLIReporter):
     _LOGDIR = "Result logdir: "
     _BEST = "Current best trial: "
 
-    def __init__(self, *, progress: "ProgressLine | None" = None, location: str | None = None, **kwargs):
+    def __init__(self, *, progress: ProgressLine | None = None, location: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.progress = progress
         self.location = location
@@ -278,7 +278,7 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
             writer = self.trial_file_writer(trial)
             writer.add_summary(session_start)
             writer.add_summary(session_end)
-        except Exception:  # noqa: BLE001 - TensorBoard extras must never fail a trial
+        except Exception:  # TensorBoard extras must never fail a trial
             logging.getLogger(__name__).exception("could not write the HParams session of %s", trial)
 
     def on_experiment_end(self, trials: list, **info) -> None:
@@ -292,7 +292,7 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
         folder = folders.pop()
         try:
             write_hparams_experiment(folder, self._domains, self._metric, list(self._metrics))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if not _keep_off_console(err, f"the HParams experiment summary in {folder}"):
                 logging.getLogger(__name__).exception("could not write the HParams experiment summary")
 
@@ -555,7 +555,7 @@ class ProgressLine:
         return (elapsed if used is None else used), budget
 
 
-class log_to_file:  # noqa: N801 - used as a context manager, like open()
+class log_to_file:  # used as a context manager, like open()
     """Send Ray's driver-side log records to a file; keep only errors on the console.
 
     Args:
@@ -567,7 +567,7 @@ class log_to_file:  # noqa: N801 - used as a context manager, like open()
         self._handler: logging.Handler | None = None
         self._saved: list[tuple[logging.Handler, int]] = []
 
-    def __enter__(self) -> "log_to_file":
+    def __enter__(self) -> log_to_file:
         self._handler = _LogFile(self.path, encoding="utf-8")
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         self._handler.setLevel(logging.INFO)
@@ -642,7 +642,7 @@ class DiskFullWatch:
         what: What was written into ``path`` when it is a folder, else ``""``.
     """
 
-    active: ClassVar["DiskFullWatch | None"] = None
+    active: ClassVar[DiskFullWatch | None] = None
 
     def __init__(self):
         self.error: OSError | None = None
@@ -650,7 +650,7 @@ class DiskFullWatch:
         self.what = ""
         self._outer: DiskFullWatch | None = None
 
-    def __enter__(self) -> "DiskFullWatch":
+    def __enter__(self) -> DiskFullWatch:
         self._outer, DiskFullWatch.active = DiskFullWatch.active, self
         _install_hooks()
         return self
@@ -737,7 +737,7 @@ class _LogFile(logging.FileHandler):
             _note_disk_full(record.exc_info[1])  # e.g. Ray's "Saving experiment state ... failed"
         super().emit(record)
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+    def handleError(self, record: logging.LogRecord) -> None:  # logging's name
         if not _note_disk_full(sys.exc_info()[1]):  # not named: the file that filled the disk matters more
             super().handleError(record)
 

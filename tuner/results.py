@@ -91,13 +91,18 @@ def _user_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     return plain(flat)
 
 
+def _results(grid: ResultGrid) -> list:
+    """The grid's ``Result`` objects, in trial order (a ``ResultGrid`` indexes, but declares no iteration)."""
+    return [grid[i] for i in range(len(grid))]
+
+
 def _statuses(grid: ResultGrid) -> list[str]:
     from tuner.ray_internals import result_grid_trials
 
     trials = result_grid_trials(grid)  # a Result has no status; Ray's Trial objects do
     if trials is not None and len(trials) == len(grid):
         return [str(t.status) for t in trials]
-    return ["ERROR" if r.error else "TERMINATED" for r in grid]
+    return ["ERROR" if r.error else "TERMINATED" for r in _results(grid)]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -171,7 +176,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
 
     rows, errors = [], []
     aborted = aborted_error = None
-    for result, status in zip(grid, statuses):
+    for result, status in zip(_results(grid), statuses):
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or trial_id_of_folder(Path(result.path).name)
         row = {"trial_id": trial_id, "status": status}
@@ -240,7 +245,7 @@ def _best(spec: Spec, grid: ResultGrid, statuses: list[str]):
     """
     if not spec.metric:
         return None
-    pick = best_of(zip(grid, statuses), spec.mode, value=lambda c: metric_value(c[0].metrics, spec.metric),
+    pick = best_of(zip(_results(grid), statuses), spec.mode, value=lambda c: metric_value(c[0].metrics, spec.metric),
                    status=lambda c: ERROR if c[0].error is not None else c[1],
                    trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name)
     return None if pick is None else pick[0]

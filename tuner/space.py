@@ -9,7 +9,8 @@ so Ray's ``BasicVariantGenerator`` runs the full cross product.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 from ray import tune

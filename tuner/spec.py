@@ -30,7 +30,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeGuard, Union, get_args, get_origin
+from collections.abc import Callable, Iterable, Mapping
 
 import yaml
 from pydantic import (
@@ -201,7 +202,8 @@ class _Model(BaseModel):
                     guess = f"; did you mean '{hint}'?" if hint else "."
                     raise PydanticCustomError(
                         "tuner_unknown_key",
-                        f"unknown key '{key}'{guess} Allowed keys: {_allowed(known)}.".replace("{", "{{").replace("}", "}}"),
+                        f"unknown key '{key}'{guess} Allowed keys: {_allowed(known)}."
+                        .replace("{", "{{").replace("}", "}}"),
                         {"field": str(key), "key": True},
                     )
         return data
@@ -233,6 +235,9 @@ class _Dist(_Model):
     def is_numeric_range(self) -> bool:
         """Whether the distribution is a numeric range (enumerated by ``grid_points``)."""
         return hasattr(self, "grid_points")
+
+    if TYPE_CHECKING:  # the subclasses' fields (type, low, high, q, values, ...), read through the base
+        def __getattr__(self, name: str) -> Any: ...
 
 
 class _Range(_Dist):
@@ -362,11 +367,12 @@ class Grid(_Values):
 _DISTRIBUTIONS = (Uniform, QUniform, LogUniform, QLogUniform, RandN, QRandN,
                   RandInt, QRandInt, LogRandInt, QLogRandInt, Choice, Grid)
 DISTRIBUTION_TYPES: tuple[str, ...] = tuple(
-    c.model_fields["type"].annotation.__args__[0] for c in _DISTRIBUTIONS  # type: ignore[union-attr]
+    c.model_fields["type"].annotation.__args__[0] for c in _DISTRIBUTIONS
 )
 """Names allowed as a parameter's ``type``, as in Ray Tune's sampling functions."""
 
-Distribution = Annotated[Union[_DISTRIBUTIONS], Field(discriminator="type")]  # type: ignore[valid-type]
+# A Union over a tuple is what lets pydantic discriminate on `type`; `X | Y` cannot be spread from a tuple.
+Distribution = Annotated[Union[_DISTRIBUTIONS], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
 
 
 def _param_kind(value: Any) -> str:
@@ -377,17 +383,18 @@ def _param_kind(value: Any) -> str:
     return "<const>"
 
 
-ParamValue = TypeAliasType(
-    "ParamValue",
-    Annotated[
-        Union[
-            Annotated[Distribution, Tag("<dist>")],
-            Annotated[dict[str, "ParamValue"], Tag("<nested>")],
-            Annotated[Any, Tag("<const>")],
+if TYPE_CHECKING:  # a recursive pydantic alias that mypy cannot resolve
+    ParamValue = Any
+else:
+    ParamValue = TypeAliasType(
+        "ParamValue",
+        Annotated[
+            Annotated[Distribution, Tag("<dist>")]
+            | Annotated[dict[str, "ParamValue"], Tag("<nested>")]
+            | Annotated[Any, Tag("<const>")],
+            Discriminator(_param_kind),
         ],
-        Discriminator(_param_kind),
-    ],
-)
+    )
 
 _DIST_KEYS = {k for c in _DISTRIBUTIONS for k in c.model_fields}
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -439,7 +446,7 @@ class BOHBSearch(_Search):
     min_bandwidth: Float = Field(default=1e-3, gt=0)
 
 
-SearchConfig = Annotated[Union[RandomSearch, GridSearch, OptunaSearch, BOHBSearch], Field(discriminator="algorithm")]
+SearchConfig = Annotated[RandomSearch | GridSearch | OptunaSearch | BOHBSearch, Field(discriminator="algorithm")]
 SEARCH_ALGORITHMS = ("grid", "random", "bohb", "optuna")
 
 
@@ -523,7 +530,7 @@ class MedianScheduler(_Sched):
 
 
 SchedulerConfig = Annotated[
-    Union[FIFOScheduler, ASHAScheduler, HyperBandScheduler, BOHBScheduler, MedianScheduler],
+    FIFOScheduler | ASHAScheduler | HyperBandScheduler | BOHBScheduler | MedianScheduler,
     Field(discriminator="type"),
 ]
 SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "bohb", "median")
@@ -754,7 +761,7 @@ class Spec(_Model):
     time_budget_s: Float | None = Field(default=None, gt=0)
     stop: dict[NonBlank, Float] | None = None
     seed: Int | None = None
-    param_space: dict[str, ParamValue] = Field(default_factory=dict)  # type: ignore[valid-type]
+    param_space: dict[str, ParamValue] = Field(default_factory=dict)
     search: SearchConfig = Field(default_factory=lambda: RandomSearch(algorithm="random"))
     scheduler: SchedulerConfig = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
     resources: Resources = Field(default_factory=Resources)
@@ -911,7 +918,8 @@ class Spec(_Model):
         if self.metric is None and (sched in _NEEDS_METRIC or algo in ("bohb", "optuna")):
             what = f"scheduler {sched}" if sched in _NEEDS_METRIC else f"search {algo}"
             field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
-            raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; add `metric:` and `mode:`.")
+            raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; "
+                               "add `metric:` and `mode:`.")
         if sched in SYNCHRONOUS_HYPERBAND and self.max_concurrent_trials == 1:
             # Ray's synchronous Hyperband processes a rung once every live trial of the bracket
             # reached it and keeps ceil(n/reduction_factor) >= 1 of them; the concurrency cap
@@ -1120,7 +1128,8 @@ class _Loader(yaml.SafeLoader):
         node = super().compose_node(parent, index)  # the anchored node; refuses an undefined alias
         expanded = self._expanded.get(id(node))
         if expanded is None:  # its anchor is still being composed: the alias lies inside it
-            self._refuse(f"the alias *{event.anchor} lies inside the {node.id} it names (a cycle); a spec cannot "
+            kind = getattr(node, "id", "node")  # "mapping" or "sequence"
+            self._refuse(f"the alias *{event.anchor} lies inside the {kind} it names (a cycle); a spec cannot "
                          "hold one.", event.start_mark)
         size, height = expanded
         if self._depth + height > MAX_NESTING:
@@ -1176,7 +1185,8 @@ def _collect_marks(node: yaml.Node, path: tuple, marks: dict) -> None:
                 first = seen[key].start_mark
                 raise _YAMLIssue(SpecIssue(
                     _dotted(path + (key,)), f"duplicate key '{key}' (first given on line {first.line + 1}); "
-                    "a key may appear once in a mapping.", key_node.start_mark.line + 1, key_node.start_mark.column + 1))
+                    "a key may appear once in a mapping.",
+                    key_node.start_mark.line + 1, key_node.start_mark.column + 1))
             seen[key] = key_node
             _collect_entry(key, key_node, value_node, path, marks)
         _collect_merged(merged, path, seen, marks)
@@ -1342,7 +1352,8 @@ def _looks_numeric(text: str) -> bool:
         return False
 
 
-def _issue_from_pydantic(err: dict, data: Any, marks: dict, origins: Mapping[tuple, str] | None = None) -> SpecIssue:
+def _issue_from_pydantic(err: Mapping[str, Any], data: Any, marks: dict,
+                         origins: Mapping[tuple, str] | None = None) -> SpecIssue:
     """Convert one pydantic error into a SpecIssue with a field path and a position.
 
     The position is the value's ``line:col`` in the file, or, for a value given by a
@@ -1676,7 +1687,7 @@ def _check_nesting(data: Any, source: str | None, origins: Mapping[tuple, str]) 
             that put it there, if one did).
     """
     deepest: dict[int, int] = {}
-    stack = [(data, 1, ())]
+    stack: list[tuple[Any, int, tuple]] = [(data, 1, ())]
     while stack:
         value, depth, path = stack.pop()
         if not isinstance(value, (Mapping, list, tuple)) or deepest.get(id(value), 0) >= depth:
@@ -1692,7 +1703,7 @@ def _check_nesting(data: Any, source: str | None, origins: Mapping[tuple, str]) 
 # --------------------------------------------------------------------------- trainable
 
 
-def is_class_trainable(obj: Any) -> bool:
+def is_class_trainable(obj: Any) -> TypeGuard[type]:
     """Whether ``obj`` is a class trainable: a subclass of ``ray.tune.Trainable``.
 
     Looks at the class's bases by name, so Ray is not imported for the answer.
@@ -1803,7 +1814,7 @@ def resolve_trainable(spec: Spec) -> Callable[[dict], Any] | type:
                 raise
     except SpecError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any error in user code at import time
+    except Exception as exc:  # any error in user code at import time
         raise spec.error("trainable", f"importing '{target}' failed: {type(exc).__name__}: {exc}") from exc
     func = getattr(module, func_name, None)
     if func is None:
@@ -1894,9 +1905,9 @@ def implements(cls: type, method: str) -> bool:
 def _import_file(file: Path):
     name = "tuner_user_" + re.sub(r"\W", "_", file.stem)
     module_spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+    module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
-    module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module_spec.loader.exec_module(module)
     return module
 
 

@@ -31,8 +31,8 @@ from tuner.errors import StorageError  # defined with the other errors; imported
 from tuner.layout import CHECKPOINT_PREFIX, DOWNLOAD_SUFFIX, LOCK_FILE, TMP_SUFFIX
 
 __all__ = ["REMOTE_SCHEMES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
-           "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text", "download", "upload",
-           "to_uri", "StorageError"]
+           "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text",
+           "download", "upload", "to_uri", "StorageError"]
 
 #: URI schemes pyarrow.fs opens as a cloud or cluster filesystem (``FileSystem.from_uri``).
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
@@ -108,7 +108,7 @@ def experiments_mirror(location: str) -> Path:
     mirror = mirror_dir(location)
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise StorageError(f"cannot list {display(location)}: {err}") from err
     for info in infos:
         if info.type == pafs.FileType.Directory:
@@ -134,7 +134,7 @@ def filesystem(location: str):
 
     try:
         return pafs.FileSystem.from_uri(location)
-    except Exception as err:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+    except Exception as err:  # pyarrow raises ArrowInvalid, OSError, ...
         raise StorageError(f"cannot open {display(location)}: {err}") from err
 
 
@@ -152,7 +152,7 @@ def is_empty(location: str) -> bool:
         if info.type == pafs.FileType.NotFound:
             return True
         return not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise StorageError(f"cannot list {display(location)}: {err}") from err
 
 
@@ -237,7 +237,7 @@ def download(location: str, mirror: str | os.PathLike, checkpoints: bool = False
             copied += 1
     except StorageError:
         raise
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise StorageError(f"cannot download {display(location)}: {err}") from err
     return copied
 
@@ -266,6 +266,6 @@ def upload(mirror: str | os.PathLike, location: str, names: tuple[str, ...] | No
             with fs.open_output_stream(posixpath.join(root, file.name)) as out:
                 out.write(file.read_bytes())
             copied += 1
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise StorageError(f"cannot upload to {display(location)}: {err}") from err
     return copied

@@ -22,7 +22,8 @@ import gc
 import logging
 import os
 import threading
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuner import trial
 from tuner.layout import PLACEMENT_GROUP_FILE, TIMEOUT_MARKER, trial_folder_name
@@ -57,7 +58,7 @@ class _Watchdog:
         self.timeout_s, self.message, self._marker, self.grace_s = timeout_s, message, marker, grace_s
         self._done = threading.Event()
 
-    def __enter__(self) -> "_Watchdog":
+    def __enter__(self) -> _Watchdog:
         if self.timeout_s:
             self._thread = threading.current_thread()
             self._trial_id = _current_trial_id()
@@ -139,7 +140,8 @@ def _back_off(config: dict, param: str, min_batch: int, err: BaseException) -> N
             f"CUDA out of memory with {param}={old}; halving it would go below min_batch_size={min_batch}, "
             f"so the trial stops here. Lower the model size or give the trial more GPU memory."
         ) from err
-    logger.warning("CUDA out of memory with %s=%d; retrying from the last checkpoint with %s=%d", param, old, param, new)
+    logger.warning("CUDA out of memory with %s=%d; retrying from the last checkpoint with %s=%d",
+                   param, old, param, new)
     _set(config, param, new)
 
 
@@ -208,7 +210,7 @@ def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
     while True:
         try:
             return fn(config)
-        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+        except Exception as err:  # only OOM is handled, the rest re-raised
             if not (spec.oom_backoff and _is_oom(err)):
                 raise
             latest = trial._latest_checkpoint
@@ -308,7 +310,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
             run_config=ray.train.RunConfig(
                 name=ctx.get_trial_id(),
                 storage_path=trial_dir,
-                callbacks=[TuneReportCallback()],
+                callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train V2 UserCallback
                 failure_config=ray.train.FailureConfig(max_failures=spec.failure.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep),
             ),
@@ -316,7 +318,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
         try:
             trainer.fit()
             return
-        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+        except Exception as err:  # only OOM is handled, the rest re-raised
             if not (spec.oom_backoff and _is_oom(err)):
                 raise
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
@@ -416,7 +418,7 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
     metric, timeout_s = spec.metric, spec.trial_timeout_s
     name = cls.__name__
 
-    class _TunerTrainable(cls):  # type: ignore[misc, valid-type]
+    class _TunerTrainable(cls):
         def __init__(self, config=None, *args, **kwargs):
             from tuner.ray_internals import trial_id_in_config
 
@@ -430,7 +432,7 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
                 raise _timed_out(spec) from err
             self.config = plain(self.config)
 
-        def _tuner_watch(self, what: str) -> "_Watchdog":
+        def _tuner_watch(self, what: str) -> _Watchdog:
             remaining = None if self._tuner_deadline is None else max(self._tuner_deadline - _now(), 0.001)
             marker = _marker_path(name, experiment_path, self._tuner_trial_id) if self._tuner_trial_id else None
             return _Watchdog(remaining, _timeout_message(spec), marker)

@@ -37,7 +37,8 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 __all__ = [
     "report", "get_checkpoint", "world_size", "rank", "local_rank", "is_main_process", "device",
