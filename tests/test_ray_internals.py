@@ -400,10 +400,10 @@ INTERNALS = [
                equals(_tuner(f"tuner.layout.{name}")))
       for ray_name, name in (("EXPR_PARAM_FILE", "PARAMS_FILE"), ("EXPR_RESULT_FILE", "RESULT_FILE"),
                              ("EXPR_ERROR_FILE", "ERROR_FILE"))),
-    Internal("ray.tune.Trainable", "tuner/spec.py: is_class_trainable, implements (tell Ray's class by its "
+    Internal("ray.tune.Trainable", "tuner/spec/trainable.py: is_class_trainable, implements (tell Ray's class by its "
              "name and module, without importing Ray)",
              lambda cls: equals(("Trainable", True))((cls.__name__, cls.__module__.startswith("ray.tune")))),
-    Internal("ray.tune.Trainable.save_checkpoint", "tuner/spec.py: implements, check_trainable",
+    Internal("ray.tune.Trainable.save_checkpoint", "tuner/spec/trainable.py: implements, check_trainable",
              source_has("raise NotImplementedError")),
     Internal("ray.tune.CheckpointConfig", "tuner/trainable.py: checkpoint_config (class trainables)",
              params("num_to_keep", "checkpoint_frequency", "checkpoint_at_end")),
@@ -764,7 +764,8 @@ def _key_strings(tree) -> list:
 def _tuner_trees() -> dict[str, Any]:
     import ast
 
-    return {p.name: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(_TUNER.glob("*.py"))}
+    return {p.relative_to(_TUNER).as_posix(): ast.parse(p.read_text(encoding="utf-8"))
+            for p in sorted(_TUNER.rglob("*.py"))}
 
 
 def test_no_module_but_ray_internals_touches_a_ray_private_name():

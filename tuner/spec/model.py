@@ -1,0 +1,325 @@
+"""The :class:`Spec` itself: its top-level fields, and the cross-field rules that no single section
+can check (searcher/scheduler pairs, a metric for what compares trials, rung bounds, the
+distributions a searcher cannot sample, the ``oom_backoff`` parameter), with :func:`stop_operator`.
+Validation is pydantic v2: the distributions and sections validate themselves when they are
+built, and the :class:`Spec` checks what spans them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from collections.abc import Mapping
+
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from tuner.params import spec_paths
+from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, ParamValue, _Dist
+from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
+from tuner.spec.fields import Float, Int, NonBlank, _Model
+from tuner.spec.sections import (SYNCHRONOUS_HYPERBAND, Checkpointing, Failure, FIFOScheduler, RandomSearch, RayConfig,
+                                 Reporting, Resources, SchedulerConfig, SearchConfig)
+
+
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_TRAINABLE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:]+\.py):[A-Za-z_]\w*$")
+_NEEDS_METRIC = {"asha", "hyperband", "bohb", "median"}
+
+
+class Spec(_Model):
+    """A validated, frozen tuning spec. Build it with :func:`load_spec`.
+
+    See the README's "The spec" section for every field. Validation refuses wrong
+    searcher/scheduler pairs, grid values under model-based searchers, schedulers
+    without a metric, and rungs that cannot exist.
+    """
+
+    name: str = "experiment"
+    trainable: str | None = None  # required unless tune_model(trainable=...) passes one
+    metric: NonBlank | None = None
+    mode: Literal["min", "max"] | None = None
+    num_samples: Int = Field(default=1, ge=1)
+    max_concurrent_trials: Int | None = Field(default=None, ge=1)
+    time_budget_s: Float | None = Field(default=None, gt=0)
+    stop: dict[NonBlank, Float] | None = None
+    seed: Int | None = None
+    param_space: dict[str, ParamValue] = Field(default_factory=dict)
+    search: SearchConfig = Field(default_factory=lambda: RandomSearch(algorithm="random"))
+    scheduler: SchedulerConfig = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
+    resources: Resources = Field(default_factory=Resources)
+    reporting: Reporting = Field(default_factory=Reporting)
+    storage: NonBlank = "runs"
+    ray: RayConfig = Field(default_factory=RayConfig)
+    failure: Failure = Field(default_factory=Failure)
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    trial_timeout_s: Float | None = Field(default=None, gt=0)
+    amp: bool = False
+    oom_backoff: NonBlank | None = None
+    min_batch_size: Int = Field(default=1, ge=1)
+
+    _source: str | None = PrivateAttr(default=None)
+    _marks: dict = PrivateAttr(default_factory=dict)
+    _origins: dict = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_scheduler(cls, data: Any) -> Any:
+        """No scheduler given: ``bohb`` under BOHB search, else ``fifo``.
+
+        Under BOHB search a scheduler without ``type`` (``--set scheduler.max_t=9`` on a
+        spec with no ``scheduler:``) is ``bohb`` too, the only one that pairs with it.
+        """
+        if not isinstance(data, Mapping):
+            return data
+        search = data.get("search")
+        algo = search.get("algorithm") if isinstance(search, Mapping) else getattr(search, "algorithm", None)
+        scheduler = data.get("scheduler")
+        if scheduler is None:
+            data = {**data, "scheduler": {"type": "bohb" if algo == "bohb" else "fifo"}}
+        elif algo == "bohb" and isinstance(scheduler, Mapping) and "type" not in scheduler:
+            data = {**data, "scheduler": {"type": "bohb", **scheduler}}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value) or set(value) == {"."}:
+            raise PydanticCustomError(
+                "tuner_spec",
+                f"name may hold only letters, digits, '.', '_' and '-' (no '/', not '..'), but got {value!r}.",
+            )
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        from tuner.storage import REMOTE_SCHEMES, scheme_of
+
+        name = scheme_of(value)
+        if name is None:
+            return value
+        if name == "file":
+            if not value[len("file://"):].startswith("/"):
+                raise PydanticCustomError("tuner_spec", f"a file:// URI needs an absolute path (file:///data/runs), "
+                                          f"but got {value!r}.")
+            return value
+        if name not in REMOTE_SCHEMES:
+            raise PydanticCustomError(
+                "tuner_spec",
+                f"storage takes a folder (local, or shared by every node), a file:// URI or a cloud URI with one of "
+                f"the schemes {', '.join(s + '://' for s in REMOTE_SCHEMES)}, but got {value!r}.")
+        if not urlsplit(value).netloc:
+            raise PydanticCustomError("tuner_spec", f"storage {value!r} names no bucket (or host); "
+                                      f"write {name}://BUCKET/PREFIX.")
+        return value
+
+    @property
+    def remote_storage(self) -> bool:
+        """Whether ``storage`` is a cloud URI (``s3://``, ``gs://``, ...; see :mod:`tuner.storage`)."""
+        from tuner.storage import is_remote
+
+        return is_remote(self.storage)
+
+    @property
+    def storage_dir(self) -> Path:
+        """``storage`` as an absolute local folder (a ``file://`` URI becomes its path).
+
+        For a cloud URI: the local mirror's parent (:func:`tuner.storage.mirror_dir`).
+        """
+        value = self.storage
+        if self.remote_storage:
+            from tuner.storage import mirror_dir
+
+            return mirror_dir(value)
+        if value.lower().startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            value = unquote(urlparse(value).path)
+        return Path(value).expanduser().resolve()
+
+    @model_validator(mode="after")
+    def _trainable_given(self, info: ValidationInfo):
+        """``trainable`` is required, unless the caller passes the trainable itself (the context
+        of :func:`load_spec`'s ``require_trainable=False``)."""
+        if self.trainable is None and (info.context or {}).get("require_trainable", True):
+            raise _fail("trainable", "required key 'trainable' is missing.")
+        return self
+
+    @field_validator("trainable")
+    @classmethod
+    def _trainable(cls, value: str | None) -> str | None:
+        if value is not None and not _TRAINABLE.match(value):
+            hint = ""
+            if ":" not in value and value.endswith(".py"):
+                hint = f"; name the function after a ':', e.g. '{value}:train'"
+            elif ":" not in value and _TRAINABLE.match(":".join(value.rsplit(".", 1))):
+                hint = f"; did you mean '{':'.join(value.rsplit('.', 1))}'? A ':' comes before the function"
+            raise PydanticCustomError(
+                "tuner_spec",
+                f"trainable must be 'package.module:function' or 'path/to/file.py:function', but got {value!r}"
+                f"{hint}.",
+            )
+        return value
+
+    @field_validator("param_space")
+    @classmethod
+    def _param_names(cls, value: dict) -> dict:
+        def walk(space: Mapping, prefix: str) -> None:
+            for key, sub in space.items():
+                if not _PARAM_NAME.match(key):
+                    raise _fail(
+                        prefix + key,
+                        f"parameter names must start with a letter or '_' and hold only letters, digits, "
+                        f"'_', '.' and '-', but got {key!r}.",
+                    )
+                if isinstance(sub, dict):
+                    looks = set(sub) <= _DIST_KEYS and ({"low", "high"} <= set(sub) or "values" in sub)
+                    if looks:
+                        raise _fail(prefix + key, f"parameter {key!r} looks like a distribution but has no `type`; "
+                                    f"add one of: {_allowed(DISTRIBUTION_TYPES)}.")
+                    walk(sub, prefix + key + ".")
+
+        walk(value, "")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        algo, sched = self.search.algorithm, self.scheduler.type
+        if self.metric is not None and self.mode is None:
+            raise _fail("metric", f"metric {self.metric!r} needs a mode: add `mode: min` or `mode: max`.")
+        if self.mode is not None and self.metric is None:
+            raise _fail("mode", "mode needs a metric: add `metric: NAME`, a key your train function reports.")
+        if algo == "bohb" and sched != "bohb":
+            raise _fail("scheduler.type", f"search bohb needs scheduler bohb (HyperBandForBOHB), but got {sched!r}; "
+                        "omit the scheduler to get it.")
+        if sched == "bohb" and algo != "bohb":
+            raise _fail("scheduler.type", f"scheduler bohb (HyperBandForBOHB) works only with search bohb, but got "
+                        f"search {algo!r}; use asha or hyperband instead.")
+        if self.metric is None and (sched in _NEEDS_METRIC or algo in ("bohb", "optuna")):
+            what = f"scheduler {sched}" if sched in _NEEDS_METRIC else f"search {algo}"
+            field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
+            raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; "
+                               "add `metric:` and `mode:`.")
+        if sched in SYNCHRONOUS_HYPERBAND and self.max_concurrent_trials == 1:
+            # Ray's synchronous Hyperband processes a rung once every live trial of the bracket
+            # reached it and keeps ceil(n/reduction_factor) >= 1 of them; the concurrency cap
+            # counts PAUSED trials as live, so with a cap of 1 a rung never stops anyone.
+            raise _fail("max_concurrent_trials", f"scheduler {sched} (synchronous Hyperband) compares the trials "
+                        "of a bracket while they are live together, and max_concurrent_trials counts paused "
+                        "trials, so with max_concurrent_trials=1 it would stop no trial early (every trial would "
+                        f"run to max_t={self.scheduler_max_t}); use scheduler asha (asynchronous), or set "
+                        "max_concurrent_trials >= 2, or omit it.")
+        max_t = getattr(self.scheduler, "max_t", None)
+        grace = getattr(self.scheduler, "grace_period", None)
+        if sched == "asha" and grace is not None and grace > self.scheduler_max_t:
+            field = "scheduler.max_t" if max_t is not None else "scheduler.grace_period"
+            raise _fail(field, f"`grace_period <= max_t` must hold, but got (grace_period={grace}, "
+                        f"max_t={self.scheduler_max_t}).")
+        for path, dist in spec_paths(self.param_space):
+            _check_param_for_search(path, dist, algo)
+        if self.oom_backoff is not None:
+            names = [p for p, _ in spec_paths(self.param_space, root=None)]
+            if self.oom_backoff not in names:
+                hint = _closest(self.oom_backoff, names)
+                guess = f"; did you mean '{hint}'?" if hint else "."
+                raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
+                            f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
+        return self
+
+    @property
+    def scheduler_max_t(self) -> int:
+        """``scheduler.max_t``, else ``stop.training_iteration``, else 100 (Ray's default)."""
+        max_t = getattr(self.scheduler, "max_t", None)
+        if max_t is not None:
+            return max_t
+        if self.stop and self.scheduler.time_attr in self.stop:
+            return int(self.stop[self.scheduler.time_attr])
+        return 100
+
+    @property
+    def source(self) -> str | None:
+        """The spec file this Spec was loaded from, or None."""
+        return self._source
+
+    @property
+    def stop_criteria(self) -> list[tuple[str, str, float]]:
+        """``stop`` as ``(key, operator, threshold)`` triples; see :func:`stop_operator`."""
+        return [(key, stop_operator(key, self.metric, self.mode), value) for key, value in (self.stop or {}).items()]
+
+    def origin(self, path: str) -> str | None:
+        """The command-line option (``--name X``, ``--set KEY=VALUE``) that gave the value at a
+        dotted field path, or None for a value from the spec itself (or a default)."""
+        return _origin_of(tuple(path.split(".")), self._origins) if path else None
+
+    def mark(self, path: str) -> tuple[int, int] | None:
+        """Return the 1-based ``(line, col)`` of a dotted field path in the spec file, or None."""
+        return self._marks.get(tuple(path.split("."))) if path else None
+
+    def error(self, path: str, message: str) -> SpecError:
+        """Build a :class:`SpecError` for ``path``: at its position in the spec file, or
+        naming the ``--set``/command-line option that gave its value."""
+        origin = _origin_of(tuple(path.split(".")), self._origins) if path else None
+        if origin is not None:
+            return SpecError([SpecIssue(path, message, source=origin)], self._source)
+        line_col = self.mark(path) or (None, None)
+        return SpecError([SpecIssue(path, message, *line_col)], self._source)
+
+
+def stop_operator(key: str, metric: str | None, mode: str | None) -> str:
+    """How a trial's result is compared with its ``stop`` threshold: ``"<="`` or ``">="``.
+
+    The spec's own ``metric`` under ``mode: min`` stops a trial once it is at or below
+    the threshold (``stop: {val_loss: 0.05}`` means "good enough"); every other key
+    (``training_iteration``, the metric under ``mode: max``, any other reported key)
+    once it is at or above, as Ray Tune's dict form does.
+
+    Args:
+        key: A key of the spec's ``stop``.
+        metric: The spec's ``metric``, or None.
+        mode: The spec's ``mode`` (``"min"``, ``"max"``), or None.
+
+    Returns:
+        ``"<="`` or ``">="``.
+    """
+    return "<=" if key == metric and mode == "min" else ">="
+
+
+def _origin_of(key: tuple, origins: Mapping[tuple, str]) -> str | None:
+    """The ``--set``/option that gave the value at ``key`` or at a mapping above it, or None."""
+    for i in range(len(key), 0, -1):
+        if key[:i] in origins:
+            return origins[key[:i]]
+    return None
+
+
+_BOHB_UNSUPPORTED = {"quniform", "qloguniform", "randn", "qrandn", "grid"}
+_OPTUNA_UNSUPPORTED = {"qloguniform", "randn", "qrandn", "grid"}
+
+
+def _check_param_for_search(path: str, dist: Any, algo: str) -> None:
+    """Refuse distributions that a searcher cannot represent (instead of Ray's silent drop)."""
+    if not isinstance(dist, _Dist):
+        return
+    rel = path.split(".", 1)[1]
+    kind = dist.type
+    q = getattr(dist, "q", None)
+    if algo in ("bohb", "optuna"):
+        bad = _BOHB_UNSUPPORTED if algo == "bohb" else _OPTUNA_UNSUPPORTED
+        quantized_int = kind in ("qrandint", "qlograndint") and q and q > 1
+        if algo == "optuna" and kind == "qrandint":
+            quantized_int = False  # Optuna's IntDistribution has a step
+        if kind in bad or quantized_int:
+            hint = "use choice instead" if kind == "grid" else "use an unquantized range or choice instead"
+            raise _fail(f"param_space.{rel}.type", f"search {algo} cannot sample {kind} parameters; {hint}. "
+                        f"It supports: {_allowed(t for t in DISTRIBUTION_TYPES if t not in bad)}.")
+    if algo == "grid" and dist.is_numeric_range and dist.grid_points is None:
+        raise _fail(f"param_space.{rel}", f"grid search enumerates {kind} only with `grid_points: N` "
+                    "(N >= 2 points from low to high); add it, or use grid/choice values.")
+    if algo == "grid" and kind in ("randn", "qrandn"):
+        raise _fail(f"param_space.{rel}.type", f"grid search cannot enumerate an unbounded {kind}; use grid or "
+                    "choice values, or a range with grid_points.")

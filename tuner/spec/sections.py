@@ -1,0 +1,354 @@
+"""The models of the spec's sections: the searcher (``search``, told apart by ``algorithm``), the
+scheduler (``scheduler``, told apart by ``type``), ``resources``, ``failure``, ``checkpoint``,
+``reporting`` and ``ray``, each of which checks its own fields.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from tuner.spec.errors import _fail
+from tuner.spec.fields import Float, Int, NonBlank, _Model
+
+
+# Searchers -----------------------------------------------------------------
+
+
+class _Search(_Model):
+    points_to_evaluate: list[dict[NonBlank, Any]] | None = None
+
+
+class RandomSearch(_Search):
+    """Random sampling (and grid parameters, if any): Ray's ``BasicVariantGenerator``."""
+
+    algorithm: Literal["random"]
+
+
+class GridSearch(_Model):
+    """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``)."""
+
+    algorithm: Literal["grid"]
+
+
+class OptunaSearch(_Search):
+    """Optuna's TPE sampler through ``ray.tune.search.optuna.OptunaSearch``.
+
+    Bergstra et al., "Algorithms for Hyper-Parameter Optimization", NeurIPS 2011.
+    """
+
+    algorithm: Literal["optuna"]
+    n_startup_trials: Int = Field(default=10, ge=0)
+    multivariate: bool = False
+
+
+class BOHBSearch(_Search):
+    """BOHB's model-based sampler through ``ray.tune.search.bohb.TuneBOHB`` (hpbandster).
+
+    Falkner et al., "BOHB: Robust and Efficient Hyperparameter Optimization at Scale",
+    ICML 2018. The options are hpbandster's ``BOHB`` keyword arguments.
+    """
+
+    algorithm: Literal["bohb"]
+    min_points_in_model: Int | None = Field(default=None, ge=1)
+    top_n_percent: Int = Field(default=15, ge=1, le=99)
+    num_samples: Int = Field(default=64, ge=1)
+    random_fraction: Float = Field(default=1 / 3, ge=0, le=1)
+    bandwidth_factor: Float = Field(default=3, gt=0)
+    min_bandwidth: Float = Field(default=1e-3, gt=0)
+
+
+SearchConfig = Annotated[RandomSearch | GridSearch | OptunaSearch | BOHBSearch, Field(discriminator="algorithm")]
+SEARCH_ALGORITHMS = ("grid", "random", "bohb", "optuna")
+
+
+# Schedulers ----------------------------------------------------------------
+
+
+def _reduction_factor(value: float) -> float:
+    if not value > 1:
+        raise PydanticCustomError(
+            "tuner_spec",
+            f"reduction_factor must be > 1 (each rung keeps 1/reduction_factor of its trials), but got {value}.",
+        )
+    return value
+
+
+class _Sched(_Model):
+    time_attr: NonBlank = "training_iteration"
+
+
+class FIFOScheduler(_Sched):
+    """Run every trial to its end: Ray's ``FIFOScheduler``."""
+
+    type: Literal["fifo"]
+
+
+class ASHAScheduler(_Sched):
+    """Asynchronous Successive Halving: Ray's ``ASHAScheduler``.
+
+    Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020.
+    ``max_t`` and ``grace_period`` are in units of ``time_attr`` (epochs when that is
+    ``training_iteration``). ``max_t`` defaults to ``stop.training_iteration``, else 100.
+    """
+
+    type: Literal["asha"]
+    max_t: Int | None = Field(default=None, ge=1)
+    grace_period: Int = Field(default=1, ge=1)
+    reduction_factor: Float = 4
+    brackets: Int = Field(default=1, ge=1)
+    stop_last_trials: bool = True
+
+    @field_validator("reduction_factor")
+    @classmethod
+    def _rf(cls, value: float) -> float:
+        return _reduction_factor(value)
+
+
+class HyperBandScheduler(_Sched):
+    """Synchronous Hyperband: Ray's ``HyperBandScheduler``.
+
+    Li et al., "Hyperband: A Novel Bandit-Based Approach to Hyperparameter
+    Optimization", JMLR 2018.
+    """
+
+    type: Literal["hyperband"]
+    max_t: Int | None = Field(default=None, ge=1)
+    reduction_factor: Float = 3
+    stop_last_trials: bool = True
+
+    @field_validator("reduction_factor")
+    @classmethod
+    def _rf(cls, value: float) -> float:
+        return _reduction_factor(value)
+
+
+class BOHBScheduler(HyperBandScheduler):
+    """Hyperband brackets for BOHB: Ray's ``HyperBandForBOHB``. Pairs only with ``search: bohb``."""
+
+    type: Literal["bohb"]  # type: ignore[assignment]
+
+
+class MedianScheduler(_Sched):
+    """Median stopping rule: Ray's ``MedianStoppingRule``.
+
+    Golovin et al., "Google Vizier: A Service for Black-Box Optimization", KDD 2017.
+    """
+
+    type: Literal["median"]
+    grace_period: Float = Field(default=1, ge=0)
+    min_samples_required: Int = Field(default=3, ge=1)
+    hard_stop: bool = True
+
+
+SchedulerConfig = Annotated[
+    FIFOScheduler | ASHAScheduler | HyperBandScheduler | BOHBScheduler | MedianScheduler,
+    Field(discriminator="type"),
+]
+SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "bohb", "median")
+# Schedulers that compare a bracket's trials only while they are live together.
+SYNCHRONOUS_HYPERBAND = ("hyperband", "bohb")
+
+
+# Other sections -------------------------------------------------------------
+
+
+class Resources(_Model):
+    """Resources of one trial: a single process, or a DDP group of ``workers`` processes.
+
+    Attributes:
+        cpu: CPUs of a single-process trial; fractional allowed.
+        gpu: GPUs of a single-process trial; a fraction below 1 packs several trials on
+            one GPU, above 1 it must be a whole number.
+        workers: World size of a DDP trial (Ray Train's ``ScalingConfig.num_workers``);
+            omitted for a single-process trial.
+        cpu_per_worker: CPUs of each DDP worker.
+        gpu_per_worker: GPUs of each DDP worker: 0 or a whole number when
+            ``workers > 1``.
+        placement_strategy: How Ray places a trial's workers on nodes (a placement
+            group strategy): PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
+    """
+
+    cpu: Float = Field(default=1, ge=0)
+    gpu: Float = Field(default=0, ge=0)
+    workers: Int | None = Field(default=None, ge=1)
+    cpu_per_worker: Float = Field(default=1, ge=0)
+    gpu_per_worker: Float = Field(default=0, ge=0)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+
+    @model_validator(mode="after")
+    def _check(self):
+        given = self.model_fields_set
+        if self.workers is None:
+            for key in ("cpu_per_worker", "gpu_per_worker", "placement_strategy"):
+                if key in given:
+                    raise _fail(key, f"{key} applies to a DDP trial only; add `workers: N` "
+                                "(the world size), or use cpu/gpu for a single-process trial.")
+            if self.cpu == 0 and self.gpu == 0:
+                raise _fail("cpu", "a trial needs cpu > 0 or gpu > 0, but got (cpu=0, gpu=0).")
+            if self.gpu > 1 and self.gpu != int(self.gpu):
+                raise _fail("gpu", f"gpu above 1 must be a whole number (a fraction only below 1), "
+                            f"but got gpu={self.gpu}.")
+            return self
+        for key in ("cpu", "gpu"):
+            if key in given:
+                raise _fail(key, f"with workers, give {key}_per_worker instead of {key} "
+                            f"(each of the {self.workers} workers gets that much).")
+        if self.cpu_per_worker == 0 and self.gpu_per_worker == 0:
+            raise _fail("cpu_per_worker", "a worker needs cpu_per_worker > 0 or gpu_per_worker > 0, "
+                        "but got (cpu_per_worker=0, gpu_per_worker=0).")
+        g = self.gpu_per_worker
+        if g != int(g) and (self.workers > 1 or g > 1):
+            raise _fail("gpu_per_worker", f"gpu_per_worker must be 0 or a whole number when workers > 1 "
+                        f"(NCCL needs a whole GPU per rank), but got (workers={self.workers}, gpu_per_worker={g}).")
+        return self
+
+    @property
+    def distributed(self) -> bool:
+        """Whether a trial is a DDP group launched through Ray Train."""
+        return self.workers is not None
+
+    @property
+    def total(self) -> dict[str, float]:
+        """What one whole trial takes: ``{"cpu": ..., "gpu": ...}`` summed over its workers."""
+        if self.workers is None:
+            return {"cpu": float(self.cpu), "gpu": float(self.gpu)}
+        return {"cpu": self.workers * float(self.cpu_per_worker), "gpu": self.workers * float(self.gpu_per_worker)}
+
+
+class Failure(_Model):
+    """What happens when a trial raises.
+
+    Attributes:
+        max_failures: Retries of a failing trial from its latest checkpoint before it is
+            marked ERROR (Ray Tune's ``FailureConfig.max_failures``; for a DDP trial also
+            Ray Train's, which restarts the worker group).
+        fail_fast: Stop the whole experiment at the first trial error.
+        abort_on_first_error: Stop the experiment at once, with the traceback, when the
+            very first trial fails before any trial has reported a result (a bug in the
+            train function), instead of running every trial into the same error.
+    """
+
+    max_failures: Int = Field(default=0, ge=0)
+    fail_fast: bool = False
+    abort_on_first_error: bool = True
+
+
+class Checkpointing(_Model):
+    """How often trial checkpoints are kept, and how many.
+
+    Attributes:
+        frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
+            reports (iterations); the others are skipped.
+        num_to_keep: Checkpoints kept per trial (the newest); None keeps all
+            (Ray's ``CheckpointConfig.num_to_keep``).
+    """
+
+    frequency: Int = Field(default=1, ge=1)
+    num_to_keep: Int | None = Field(default=2, ge=1)
+
+
+class CLIReporting(_Model):
+    """Ray's classic CLIReporter table.
+
+    Attributes:
+        enabled: Print the table (``cli: false`` turns it off).
+        metric_columns: Metrics shown as columns; defaults to ``metric`` and
+            ``training_iteration``.
+        max_report_frequency: Seconds between two tables.
+        progress: Print one overall progress line under the table, as often as the
+            table: trials done / total, the time budget used, the best metric so far.
+    """
+
+    enabled: bool = True
+    metric_columns: list[NonBlank] | None = None
+    max_report_frequency: Int = Field(default=10, ge=1)
+    progress: bool = True
+
+
+class WandbReporting(_Model):
+    """Weights & Biases logging through Ray's ``WandbLoggerCallback``; needs ``pip install tuner[wandb]``.
+
+    One W&B run per trial, grouped by experiment. The API key comes only from the
+    environment (``WANDB_API_KEY``) or ``wandb login``; the spec has no key field.
+
+    Attributes:
+        project: The W&B project.
+        entity: The W&B team or user; None for the key's default entity.
+        group: Group of the trials' runs; None for the experiment name.
+        mode: ``online`` (upload), ``offline`` (write ``wandb/offline-run-*`` in each
+            trial folder, to upload later with ``wandb sync``) or ``disabled``.
+        tags: Tags for every run.
+        upload_checkpoints: Upload the trials' checkpoints as W&B artifacts.
+    """
+
+    project: NonBlank
+    entity: NonBlank | None = None
+    group: NonBlank | None = None
+    mode: Literal["online", "offline", "disabled"] = "online"
+    tags: list[NonBlank] | None = None
+    upload_checkpoints: bool = False
+
+
+class MLflowReporting(_Model):
+    """MLflow tracking through Ray's ``MLflowLoggerCallback``; needs ``pip install tuner[mlflow]``.
+
+    One MLflow run per trial: the config as params, every result as metrics by
+    iteration. A tracking token comes only from the environment (``MLFLOW_TRACKING_TOKEN``).
+
+    Attributes:
+        tracking_uri: Where runs go: ``file:./mlruns`` (a local file store), a database
+            URI or a tracking server's ``http(s)://`` address; None for MLflow's default.
+        experiment_name: The MLflow experiment; None for the experiment name.
+        tags: Tags for every run.
+        save_artifact: Also log each trial folder as the run's artifacts.
+    """
+
+    tracking_uri: NonBlank | None = None
+    experiment_name: NonBlank | None = None
+    tags: dict[NonBlank, str] | None = None
+    save_artifact: bool = False
+
+
+class Reporting(_Model):
+    """Where progress shows: the CLIReporter table (``cli``), TensorBoard event files, W&B and MLflow."""
+
+    cli: CLIReporting = Field(default_factory=CLIReporting)
+    tensorboard: bool = True
+    wandb: WandbReporting | None = None
+    mlflow: MLflowReporting | None = None
+
+    @field_validator("cli", mode="before")
+    @classmethod
+    def _cli_flag(cls, value: Any) -> Any:
+        """``cli: true|false`` is short for ``cli: {enabled: true|false}``."""
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
+_ADDRESS = re.compile(r"^(?:auto|ray://[^\s/:]+(?::\d+)?|[^\s/:]+:\d+)$")
+
+
+class RayConfig(_Model):
+    """Which Ray the experiment runs on.
+
+    Attributes:
+        address: A running Ray cluster to connect to: ``auto`` (the cluster this
+            machine belongs to), ``host:port`` (the head's GCS port, 6379 by default) or
+            ``ray://host:10001`` (Ray Client). None starts an embedded local Ray.
+            ``--address`` and the ``RAY_ADDRESS`` environment variable take precedence.
+    """
+
+    address: str | None = None
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not _ADDRESS.match(value):
+            hint = (" An http:// address is the dashboard's, for `tuner submit --address`; `tuner run` takes the "
+                    "head's GCS address." if value.startswith(("http://", "https://")) else "")
+            raise PydanticCustomError(
+                "tuner_spec", f"address must be 'auto', 'host:port' or 'ray://host:port', but got {value!r}.{hint}")
+        return value
