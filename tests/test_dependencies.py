@@ -19,7 +19,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 #: Packages tuner needs although no tuner module imports them: another package imports them
 #: on tuner's behalf without requiring them.
 INDIRECT = {
-    "scikit-learn": "tuner/report.py: Optuna's FanovaImportanceEvaluator imports sklearn; Optuna does not require it",
+    "scikit-learn": "tuner/report/analysis.py: Optuna's FanovaImportanceEvaluator imports sklearn; Optuna does not require it",
 }
 
 
@@ -34,9 +34,9 @@ def _declared() -> dict[str, Requirement]:
 
 
 def _third_party_imports() -> dict[str, set[str]]:
-    """``{dotted module: {tuner files}}`` of every import in tuner/*.py outside the standard library."""
+    """``{dotted module: {tuner files}}`` of every import in tuner/**/*.py outside the standard library."""
     found: dict[str, set[str]] = {}
-    for file in sorted((ROOT / "tuner").glob("*.py")):
+    for file in sorted((ROOT / "tuner").rglob("*.py")):
         for node in ast.walk(ast.parse(file.read_text(), str(file))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -47,7 +47,7 @@ def _third_party_imports() -> dict[str, set[str]]:
             for name in names:
                 top = name.split(".")[0]
                 if top != "tuner" and top not in sys.stdlib_module_names:
-                    found.setdefault(name, set()).add(f"tuner/{file.name}")
+                    found.setdefault(name, set()).add(file.relative_to(ROOT).as_posix())
     return found
 
 

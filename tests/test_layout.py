@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_each_file_name_is_declared_once_in_tuner():
     """Every name of tuner.layout appears as a string literal in tuner/ only where layout.py declares it."""
     names = [v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and len(v) >= 4]
-    sources = {p.name: p.read_text() for p in (ROOT / "tuner").glob("*.py") if p.name != "layout.py"}
+    sources = {p.relative_to(ROOT).as_posix(): p.read_text() for p in (ROOT / "tuner").rglob("*.py")
+               if p.name != "layout.py"}
     for name in names:
         for file, text in sources.items():
             assert not re.search(rf"[\"']{re.escape(name)}[\"']", text), f"{file} spells {name!r}; use tuner.layout"
