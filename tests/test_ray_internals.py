@@ -812,7 +812,7 @@ def test_the_scan_leaves_tuners_own_names_alone():
     own = _own_names(tree for name, tree in _tuner_trees().items() if name != _HOME)
     source = ("import os\nfrom ray.tune import Callback\nfrom tuner import trial\n\nclass Mine(Callback):\n"
               "    def __init__(self):\n        self._paused = False\n    def _release(self):\n"
-              "        trial._configure(None)\n        os._exit(1)\n")
+              "        trial.configure(None)\n        os._exit(1)\n")
     assert _touches(source, own) == []
 
 
