@@ -19,7 +19,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 #: Packages tuner needs although no tuner module imports them: another package imports them
 #: on tuner's behalf without requiring them.
 INDIRECT = {
-    "scikit-learn": "tuner/report.py: Optuna's FanovaImportanceEvaluator imports sklearn; Optuna does not require it",
+    "scikit-learn": "tuner/report/analysis.py: Optuna's FanovaImportanceEvaluator imports sklearn; Optuna does not require it",
 }
 
 

@@ -175,11 +175,11 @@ def test_cifar_no_folder_given(monkeypatch):
 @pytest.fixture
 def amp():
     """Trial options as the engine sets them for a single-process trial with ``amp: true``."""
-    trial._configure(trial.TrialOptions(amp=True))
+    trial.configure(trial.TrialOptions(amp=True))
     try:
         yield
     finally:
-        trial._configure(None)
+        trial.configure(None)
 
 
 def test_mnist_trains_with_amp(reports, amp, monkeypatch):

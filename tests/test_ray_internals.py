@@ -256,7 +256,7 @@ INTERNALS = [
     Internal("ray.tune.ResultGrid.__init__", "tuner/results.py: _statuses",
              source_has("self._experiment_analysis = experiment_analysis"), via="result_grid_trials"),
     Internal("ray.tune.execution.tune_controller.TuneController.save_to_dir",
-             "tuner/failures.py: _live_trials, _ended_trials; tuner/report.py: _state_trials",
+             "tuner/failures.py: _live_trials, _ended_trials; tuner/report/loading.py: _state_trials",
              source_has('"trial_data": list(self._get_trial_checkpoints().values())'), via="saved_trials"),
     Internal("ray.tune.execution.tune_controller.TuneController.save_to_dir", "tuner/failures.py: time_budget_used",
              source_has('"runner_data": self.__getstate__()'), via="saved_stopper"),
@@ -396,7 +396,7 @@ INTERNALS = [
     Internal("ray.tune.execution.tune_controller.TuneController.CKPT_FILE_TMPL",
              "tuner/layout.py: EXPERIMENT_STATE (tuner/state.py, tuner/failures.py)",
              equals(_tuner("tuner.layout.EXPERIMENT_STATE"))),
-    *(Internal(f"ray.air.constants.{ray_name}", f"tuner/layout.py: {name} (tuner/report.py, tuner/results.py)",
+    *(Internal(f"ray.air.constants.{ray_name}", f"tuner/layout.py: {name} (tuner/report/loading.py, tuner/results.py)",
                equals(_tuner(f"tuner.layout.{name}")))
       for ray_name, name in (("EXPR_PARAM_FILE", "PARAMS_FILE"), ("EXPR_RESULT_FILE", "RESULT_FILE"),
                              ("EXPR_ERROR_FILE", "ERROR_FILE"))),
@@ -812,7 +812,7 @@ def test_the_scan_leaves_tuners_own_names_alone():
     own = _own_names(tree for name, tree in _tuner_trees().items() if name != _HOME)
     source = ("import os\nfrom ray.tune import Callback\nfrom tuner import trial\n\nclass Mine(Callback):\n"
               "    def __init__(self):\n        self._paused = False\n    def _release(self):\n"
-              "        trial._configure(None)\n        os._exit(1)\n")
+              "        trial.configure(None)\n        os._exit(1)\n")
     assert _touches(source, own) == []
 
 
@@ -885,7 +885,7 @@ def test_pickled_searcher_state_keeps_the_keys_tuner_rewrites(tiny_runs, templat
 
 def test_experiment_state_file_keeps_what_tuner_reads(tiny_runs):
     """tuner.ray_internals.saved_trials and saved_stopper read Ray's experiment state, through
-    tuner/state.py's read_state (for tuner/failures.py: reopen_searcher, time_budget_used; tuner/report.py)."""
+    tuner/state.py's read_state (for tuner/failures.py: reopen_searcher, time_budget_used; tuner/report/loading.py)."""
     from tuner.failures import ExperimentStopper
     from tuner.layout import EXPERIMENT_STATE_GLOB
     from tuner.ray_internals import saved_stopper, saved_trials

@@ -15,11 +15,11 @@ def options():
 
     @contextlib.contextmanager
     def use(**kw):
-        trial._configure(trial.TrialOptions(**kw))
+        trial.configure(trial.TrialOptions(**kw))
         try:
             yield
         finally:
-            trial._configure(None)
+            trial.configure(None)
 
     return use
 
@@ -98,3 +98,24 @@ def test_extra_metrics_are_added(options):
     with options(extra_metrics={"batch_size_used": 16}):
         trial.report({"loss": 1.0})
     assert trial.local_reports()[-1] == {"loss": 1.0, "batch_size_used": 16}
+
+
+def test_configure_sets_the_options_and_none_clears_them(options):
+    assert trial.options() == trial.TrialOptions(gpu=float(torch.cuda.is_available())), "defaults outside a trial"
+    with options(amp=True, cpu=4, checkpoint_frequency=3):
+        assert trial.options() == trial.TrialOptions(amp=True, cpu=4, checkpoint_frequency=3)
+    assert trial.options() == trial.TrialOptions(gpu=float(torch.cuda.is_available()))
+    with pytest.raises(TypeError, match="configure takes a TrialOptions or None, not dict"):
+        trial.configure({"amp": True})
+
+
+def test_configure_keeps_the_latest_checkpoint_only_when_asked(tmp_path, monkeypatch):
+    """The OOM back-off restarts the train function in the same process from its latest checkpoint."""
+    monkeypatch.setattr(trial, "_latest_checkpoint", str(tmp_path))  # as report() keeps it with oom_param set
+    try:
+        trial.configure(trial.TrialOptions(oom_param="batch_size"), keep_checkpoint=True)
+        assert trial.get_checkpoint() == str(tmp_path)
+        trial.configure(trial.TrialOptions(oom_param="batch_size"))
+        assert trial.get_checkpoint() is None, "a new trial starts from scratch"
+    finally:
+        trial.configure(None)

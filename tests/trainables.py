@@ -268,7 +268,7 @@ class Counter(_tune.Trainable):
             loss = float(self.config.get("bad_value", "nan"))
         return {"loss": loss, "step_no": self.step_no, "restored_from": self.restored_from,
                 "resets": self.resets, "process": os.getpid(), "x_type": type(self.config.get("x")).__name__,
-                "amp": float(trial._opts().amp)}
+                "amp": float(trial.options().amp)}
 
     def save_checkpoint(self, checkpoint_dir):
         with open(os.path.join(checkpoint_dir, "state.json"), "w") as f:

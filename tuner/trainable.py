@@ -206,17 +206,15 @@ def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config
 def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
     """Run the train function, restarting it from its last checkpoint after a CUDA OOM."""
     config = plain(config)
-    trial._configure(_options(spec, config, distributed=False))
+    trial.configure(_options(spec, config, distributed=False))
     while True:
         try:
             return fn(config)
         except Exception as err:  # only OOM is handled, the rest re-raised
             if not (spec.oom_backoff and _is_oom(err)):
                 raise
-            latest = trial._latest_checkpoint
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
-            trial._configure(_options(spec, config, distributed=False))
-            trial._latest_checkpoint = latest
+            trial.configure(_options(spec, config, distributed=False), keep_checkpoint=True)
 
 
 def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, config: dict) -> Any:
@@ -226,7 +224,7 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
     trial folder, so that :class:`PlacementGroupReleaser` can free it if Tune stops the
     trial (see there).
     """
-    trial._configure(options)
+    trial.configure(options)
     if trial.rank() == 0:
         import ray
 
@@ -424,7 +422,7 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
 
             self._tuner_deadline = _deadline(timeout_s)
             self._tuner_trial_id = trial_id_in_config(config)
-            trial._configure(_options(spec, {}, distributed=False))
+            trial.configure(_options(spec, {}, distributed=False))
             try:
                 with self._tuner_watch("setup"):
                     super().__init__(plain(config or {}), *args, **kwargs)

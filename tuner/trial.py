@@ -26,6 +26,10 @@ Practices built in (from the course notes on PyTorch multi-GPU training):
 checkpoints written by rank 0 only and restored on every rank; ``pin_memory`` on GPU;
 ``num_workers = min(4 x GPUs, CPUs)`` per process; AMP with bf16 where supported,
 else fp16 with a ``GradScaler``; metrics as plain numbers, never tensors.
+
+:func:`configure` and :func:`options` are tuner's side, not the train function's: its
+trainable (:mod:`tuner.trainable`) sets each trial process's options before the train
+function runs.
 """
 
 from __future__ import annotations
@@ -83,13 +87,43 @@ _reports = 0  # reports made by this process for this trial
 _LOCAL_REPORTS: list[dict[str, Any]] = []
 
 
-def _configure(options: TrialOptions | None) -> None:
-    """Set this process's trial options (called by the engine before the train function)."""
+def configure(options: TrialOptions | None, *, keep_checkpoint: bool = False) -> None:
+    """Set the options of this process's trial, before its train function runs.
+
+    Called by tuner's trainable (:mod:`tuner.trainable`), not by user code: in a
+    single-process trial before the train function (and again after each out-of-memory
+    back-off), in each DDP worker, and before a class trainable's ``setup``. Starts the
+    trial afresh in this process: the AMP :func:`scaler` is rebuilt on its next use and
+    the count of reports that ``checkpoint_frequency`` keeps every n-th of starts at 0.
+
+    Args:
+        options: The trial's options (CPUs and GPUs of this process, in processors,
+            fractions allowed; ``checkpoint_frequency`` in reports; see
+            :class:`TrialOptions`), or None to clear them: then :func:`options` gives the
+            defaults, with one GPU when CUDA is available.
+        keep_checkpoint: Keep the local copy of the trial's latest checkpoint (kept when
+            ``oom_param`` is set), so that :func:`get_checkpoint` returns it: for a train
+            function restarted in the same process after an out-of-memory back-off.
+            False (a new trial) forgets it.
+
+    Raises:
+        TypeError: If ``options`` is neither a :class:`TrialOptions` nor None.
+    """
     global _options, _scaler, _latest_checkpoint, _reports
-    _options, _scaler, _latest_checkpoint, _reports = options, None, None, 0
+    if options is not None and not isinstance(options, TrialOptions):
+        raise TypeError(f"configure takes a TrialOptions or None, not {type(options).__name__}")
+    latest = _latest_checkpoint if keep_checkpoint else None
+    _options, _scaler, _latest_checkpoint, _reports = options, None, latest, 0
 
 
-def _opts() -> TrialOptions:
+def options() -> TrialOptions:
+    """The options this process's trial runs with (set by :func:`configure`).
+
+    Returns:
+        The :class:`TrialOptions` given to :func:`configure`; outside a trial (plain
+        Python, or after ``configure(None)``) the defaults, with one GPU when CUDA is
+        available.
+    """
     return _options or TrialOptions(gpu=float(_cuda_available()))
 
 
@@ -161,7 +195,7 @@ def device():
         import ray.train.torch
 
         return ray.train.torch.get_device()
-    if torch.cuda.is_available() and _opts().gpu > 0:
+    if torch.cuda.is_available() and options().gpu > 0:
         return torch.device("cuda", 0)
     return torch.device("cpu")
 
@@ -187,7 +221,7 @@ def prepare_model(model):
 
 def default_num_workers() -> int:
     """DataLoader worker processes: ``min(4 x GPUs, CPUs)`` of this process (0 on CPU only)."""
-    opts = _opts()
+    opts = options()
     return max(0, int(min(4 * opts.gpu, opts.cpu)))
 
 
@@ -297,7 +331,7 @@ def autocast():
     """
     import torch
 
-    if not _opts().amp:
+    if not options().amp:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device().type, dtype=_amp_dtype())
 
@@ -312,7 +346,7 @@ def scaler():
     if _scaler is None:
         import torch
 
-        enabled = _opts().amp and device().type == "cuda" and _amp_dtype() == torch.float16
+        enabled = options().amp and device().type == "cuda" and _amp_dtype() == torch.float16
         _scaler = torch.amp.GradScaler(device().type, enabled=enabled)
     return _scaler
 
@@ -357,10 +391,10 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
     """
     global _latest_checkpoint, _reports
     clean = {str(k): _scalar(k, v) for k, v in metrics.items()}
-    clean.update(_opts().extra_metrics)
-    check_finite(clean, _opts().metric)
+    clean.update(options().extra_metrics)
+    check_finite(clean, options().metric)
     _reports += 1
-    if _reports % _opts().checkpoint_frequency:
+    if _reports % options().checkpoint_frequency:
         checkpoint_dir = None  # checkpoint.frequency: keep every n-th
     if _distributed():
         import ray.train
@@ -379,7 +413,7 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
     clean.update(_gpu_metrics())
     checkpoint = None
     if checkpoint_dir:
-        if _opts().oom_param:  # keep a copy to restart from after an out-of-memory error
+        if options().oom_param:  # keep a copy to restart from after an out-of-memory error
             keep = tempfile.mkdtemp(prefix="tuner-latest-ckpt-")
             shutil.copytree(checkpoint_dir, keep, dirs_exist_ok=True)
             if _latest_checkpoint:

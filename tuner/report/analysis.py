@@ -1,0 +1,183 @@
+"""What a report derives from a loaded experiment: the scheduler's rungs, the budget used
+against the same trials without early stopping, and the parameter importances (Optuna's
+fANOVA over a study rebuilt from the trials). No Ray, no matplotlib.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from tuner.best import is_finite_number
+from tuner.layout import RUN_RECORD
+from tuner.params import distributions
+from tuner.report.loading import Experiment, _numeric, _read_json
+from tuner.rungs import merged_rungs
+from tuner.spec import Spec
+
+__all__ = ["scheduler_rungs", "budget", "importances"]
+
+
+def scheduler_rungs(spec: Spec | None) -> list[float]:
+    """The milestones, in ``time_attr`` units, at which the spec's scheduler stops trials.
+
+    The rungs ``tuner validate`` prints (:func:`tuner.rungs.bracket_rungs`), merged over
+    brackets.
+
+    Args:
+        spec: The spec as run, or None.
+
+    Returns:
+        The sorted, distinct rungs below ``max_t``; empty for fifo, median and no spec.
+    """
+    return [] if spec is None else merged_rungs(spec)
+
+
+def budget(exp: Experiment) -> dict[str, Any]:
+    """What the experiment cost, against the same trials run without early stopping.
+
+    Without early stopping, every trial that ended TERMINATED would have run as many
+    iterations as the longest trial; errored and unfinished trials count as they are.
+    The missing iterations are costed at the median seconds per iteration of all
+    trials' iterations after their first (the first also pays for start-up), and the
+    wall time is scaled by the same ratio as the trials' time (the same parallelism).
+
+    Returns:
+        ``trials``, ``full_iterations`` (the longest trial's), ``trial_iterations`` and
+        ``trial_iterations_without_early_stopping``, ``trial_time_s`` and
+        ``trial_time_s_without_early_stopping`` (summed over trials), ``wall_time_s`` and
+        ``wall_time_s_without_early_stopping`` (None when unknown), ``stopped_early``
+        (how many trials).
+    """
+    t = exp.trials
+    full = int(t.loc[t["status"] == "TERMINATED", "iterations"].max()) if (t["status"] == "TERMINATED").any() else 0
+    used_it = int(t["iterations"].sum()) if not t.empty else 0
+    # Seconds per iteration: the median of the later iterations (the first one also pays
+    # for the trial's start-up), else each trial's own average.
+    h = exp.history
+    later = h.loc[h["training_iteration"] > 1, "time_this_iter_s"] if "time_this_iter_s" in h else pd.Series([])
+    rate = float(later.median()) if later.notna().any() else None
+    full_it, used_s, full_s = 0, 0.0, 0.0
+    for _, row in t.iterrows():
+        iters = int(row["iterations"])
+        secs = float(row["time_total_s"]) if is_finite_number(row["time_total_s"]) else 0.0
+        target = full if row["status"] == "TERMINATED" else iters
+        full_it += target
+        used_s += secs
+        if iters and target > iters:
+            full_s += secs + (target - iters) * (rate if rate is not None else secs / iters)
+        else:
+            full_s += secs
+    wall = (exp.summary or {}).get("wall_time_s")
+    resumed = bool((_read_json(exp.path / RUN_RECORD) or {}).get("resumed"))
+    if wall is None or resumed:  # summary.json's wall time is the last session's only
+        wall = _results_span(exp)
+    return {
+        "trials": len(t),
+        "stopped_early": int(t["stopped_early"].sum()) if not t.empty else 0,
+        "full_iterations": full,
+        "trial_iterations": used_it,
+        "trial_iterations_without_early_stopping": full_it,
+        "trial_time_s": round(used_s, 3),
+        "trial_time_s_without_early_stopping": round(full_s, 3),
+        "wall_time_s": None if wall is None else round(float(wall), 3),
+        "wall_time_s_without_early_stopping": None if wall is None or not used_s else round(wall * full_s / used_s, 3),
+    }
+
+
+def _results_span(exp: Experiment) -> float | None:
+    """Seconds from the first trial's start to the last result, from the results' timestamps."""
+    h = exp.history
+    if h.empty or "timestamp" not in h or "time_this_iter_s" not in h:
+        return None
+    starts = h.groupby("trial_id").apply(lambda g: (g["timestamp"] - g["time_this_iter_s"]).min(), include_groups=False)
+    return float(h["timestamp"].max() - starts.min())
+
+
+def importances(exp: Experiment) -> tuple[dict[str, float], str]:
+    """Parameter importances of the metric: Optuna's fANOVA over the trials.
+
+    The trials become an Optuna study (``optuna.trial.create_trial``): TERMINATED trials
+    that ran to the end are COMPLETE with their last value, trials stopped early are
+    PRUNED with their values by iteration, errored ones FAIL; Optuna's evaluators use
+    the COMPLETE trials only, as for a study pruned by Optuna itself. With fewer than
+    two such trials, every trial's value at the first iteration they all reached is used
+    instead (the note says so). Parameter distributions are the observed ranges (log
+    scale for the spec's log types), categorical for non-numbers.
+
+    Returns:
+        ``({param: importance}, note)``; the importances sum to 1, highest first, or
+        are empty with the note saying why.
+    """
+    if not exp.metric or not exp.params:
+        return {}, "no metric or no sampled parameter"
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t = exp.trials
+    last = exp.last_col
+    complete = t[(t["status"] == "TERMINATED") & ~t["stopped_early"] & t[last].map(is_finite_number)]
+    values = dict(zip(complete["trial_id"], complete[last]))
+    note = (f"fANOVA (Optuna) over the {len(complete)} trials that ran to the end; trials stopped early "
+            "count as pruned")
+    use_pruned = True
+    if len(complete) < 2:
+        ok = t[(t["status"] != "ERROR") & (t["iterations"] > 0)]
+        level = int(ok["iterations"].min()) if not ok.empty else 0
+        h = exp.history
+        at = h[(h["training_iteration"] == level) & h["trial_id"].isin(ok["trial_id"])] if level else h.iloc[0:0]
+        values = {tid: v for tid, v in zip(at["trial_id"], at.get(exp.metric, [])) if is_finite_number(v)}
+        note = (f"fANOVA (Optuna) over the {exp.metric} of {len(values)} trials at iteration {level}, the "
+                "last one every trial that reported reached: fewer than 2 trials ran to the end")
+        use_pruned = False
+    if len(values) < 2:
+        return {}, f"needs at least 2 trials with a finite {exp.metric}"
+    log_params = {name for name, d in distributions(exp.spec.param_space)
+                  if "log" in d.type} if exp.spec else set()
+    dists: dict[str, Any] = {}
+    for name in exp.params:
+        col = t.get(f"config/{name}")
+        if col is None:
+            continue
+        vals = [v for v in col.tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        if not vals:
+            continue
+        if all(_numeric(v) for v in vals):
+            low, high = float(min(vals)), float(max(vals))
+            if low < high:
+                dists[name] = FloatDistribution(low, high, log=name in log_params and low > 0)
+        elif len({str(v) for v in vals}) > 1:
+            dists[name] = CategoricalDistribution(sorted({str(v) for v in vals}))
+    if not dists:
+        return {}, "no parameter varies between the trials"
+    study = optuna.create_study(direction="minimize" if exp.mode == "min" else "maximize")
+    h = exp.history
+    for _, row in t.iterrows():
+        params = {}
+        for name, dist in dists.items():
+            v = row[f"config/{name}"]
+            params[name] = str(v) if isinstance(dist, CategoricalDistribution) else float(v)
+        if row["trial_id"] in values:
+            state, value = TrialState.COMPLETE, float(values[row["trial_id"]])
+        elif use_pruned and row["stopped_early"]:
+            state, value = TrialState.PRUNED, None
+        elif row["status"] == "ERROR":
+            state, value = TrialState.FAIL, None
+        else:
+            continue
+        inter = {}
+        if state == TrialState.PRUNED and exp.metric in h:
+            g = h[(h["trial_id"] == row["trial_id"])]
+            inter = {int(i): float(v) for i, v in zip(g["training_iteration"], g[exp.metric]) if is_finite_number(v)}
+        try:
+            study.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
+                                         intermediate_values=inter))
+        except ValueError:
+            continue
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    result = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
+    return {k: float(v) for k, v in result.items()}, note

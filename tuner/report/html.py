@@ -1,0 +1,141 @@
+"""The report as one self-contained HTML page: inline CSS, the plots as base64 PNGs, no
+script; the same plots are written as PNG files beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import os
+from pathlib import Path
+
+import yaml
+
+from tuner.files import atomic_write
+from tuner.report.analysis import scheduler_rungs
+from tuner.report.loading import Experiment
+from tuner.report.plots import _plots, _save_pngs, _x_attr
+from tuner.report.text import _display_frame, _header
+
+__all__ = ["write_html"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1100px;
+color:#222;background:#fff;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;
+margin-top:1.8em}.facts{color:#444}.facts b{color:#222}img{max-width:100%;height:auto;display:block;
+margin:.5em 0}table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;padding:.25em .6em;
+text-align:right}th{background:#f3f3f3}tr.best td{background:#ffe9e9;font-weight:bold}
+td.id,th.id,td.status{text-align:left}pre{background:#f6f8fa;padding:.8em;border:1px solid #ddd;
+overflow-x:auto}.note{color:#666;font-size:.9em}
+"""
+
+
+def _img(pngs: dict[str, bytes], name: str, alt: str) -> str:
+    if name not in pngs:
+        return f'<p class="note">No {html.escape(alt)} plot: not enough data.</p>'
+    data = base64.b64encode(pngs[name]).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+
+def _table_html(exp: Experiment, top: int | None) -> str:
+    frame = _display_frame(exp, top)
+    t = exp.trials.head(top) if top else exp.trials
+    head = "".join(f'<th class="{"id" if c == "trial_id" else ""}">{html.escape(str(c))}</th>' for c in frame.columns)
+    rows = []
+    for (_, r), best in zip(frame.iterrows(), t["best"]):
+        cells = "".join(f'<td class="{"id" if c == "trial_id" else "status" if c == "status" else ""}">'
+                        f"{html.escape(str(v))}</td>" for c, v in r.items())
+        rows.append(f'<tr class="{"best" if best else ""}">{cells}</tr>')
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def write_html(exp: Experiment, output: str | os.PathLike | None = None,
+               top: int | None = None) -> tuple[Path, dict[str, Path]]:
+    """Write the experiment's report as one self-contained HTML file, and its plots as PNGs.
+
+    The page holds: the status and the best trial, its config as YAML, the budget used
+    against the same trials without early stopping, the learning curves of every trial
+    with the scheduler's rungs and where trials were stopped, the metric against each
+    parameter, parallel coordinates of the top trials, parameter importances, and the
+    trials table. Plots are embedded as base64 PNGs; the page has no script and loads
+    nothing else.
+
+    Args:
+        exp: From :func:`load_experiment`.
+        output: The HTML file; default ``<experiment>/report.html``.
+        top: Trials in the table and the parallel-coordinates plot (default: every
+            trial in the table, the 10 best in the plot).
+
+    Returns:
+        ``(html_file, {plot name: PNG file})``; the PNGs are in ``<output stem>_plots/``
+        beside the HTML file.
+    """
+    output = Path(output) if output is not None else exp.path / "report.html"
+    pngs, facts = _plots(exp, top or 10)
+    b = facts["budget"]
+    e = html.escape
+    best_cfg = exp.best_config
+    best_yaml = yaml.safe_dump(best_cfg, sort_keys=False) if best_cfg is not None else "(no best trial yet)"
+    header = _header(exp)
+
+    def pct(used, full):
+        return f" ({100 * (1 - used / full):.0f}% saved)" if full else ""
+
+    wall = ("unknown" if b["wall_time_s"] is None else
+            f"{b['wall_time_s']:.1f} s, against about {b['wall_time_s_without_early_stopping']:.1f} s"
+            f"{pct(b['wall_time_s'], b['wall_time_s_without_early_stopping'])}")
+    imp = facts["importances"]
+    imp_rows = "".join(f"<tr><td class='id'>{e(k)}</td><td>{v:.3f}</td></tr>" for k, v in imp.items())
+    imp_table = (f"<table><thead><tr><th class='id'>parameter</th><th>importance</th></tr></thead>"
+                 f"<tbody>{imp_rows}</tbody></table>") if imp else ""
+    rungs = scheduler_rungs(exp.spec)
+    rung_note = (f"Dashed lines: the {exp.spec.scheduler.type} rungs at {', '.join(f'{r:g}' for r in rungs)} "
+                 f"{_x_attr(exp)}; x: where a trial was stopped early." if rungs else
+                 "x: where a trial was stopped early (ended with fewer iterations than the longest trial).")
+    generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>tuner report: {e(exp.name)}</title>
+<style>{_CSS}</style></head>
+<body>
+<h1>Experiment {e(exp.name)}</h1>
+<p class="facts">{'<br>'.join(e(line) for line in header)}</p>
+<h2>Best config</h2>
+<pre>{e(best_yaml)}</pre>
+<h2>Budget</h2>
+<p class="facts"><b>Trial-iterations:</b> {b['trial_iterations']} used, against
+{b['trial_iterations_without_early_stopping']} without early stopping\
+{pct(b['trial_iterations'], b['trial_iterations_without_early_stopping'])}
+({b['stopped_early']} of {b['trials']} trials stopped early; the longest ran {b['full_iterations']}).<br>
+<b>Trial time:</b> {b['trial_time_s']:.1f} s used, against about {b['trial_time_s_without_early_stopping']:.1f} s\
+{pct(b['trial_time_s'], b['trial_time_s_without_early_stopping'])}.<br>
+<b>Wall time:</b> {wall}.</p>
+{_img(pngs, "budget", "budget")}
+<p class="note">Without early stopping, every trial that ended TERMINATED would have run as many iterations as
+the longest trial; the missing iterations are costed at the median seconds per iteration, the wall time scaled
+alike (same parallelism).</p>
+<h2>Learning curves</h2>
+{_img(pngs, "learning_curves", "learning curves")}
+<p class="note">{e(rung_note)}</p>
+<h2>{e(str(exp.metric))} against each parameter</h2>
+{_img(pngs, "metric_vs_params", "metric against parameters")}
+<h2>Parallel coordinates of the top trials</h2>
+{_img(pngs, "parallel_coordinates", "parallel coordinates")}
+<h2>Parameter importances</h2>
+{_img(pngs, "importances", "parameter importances")}
+{imp_table}
+<p class="note">{e(facts['note'])}.</p>
+<h2>Trials</h2>
+{_table_html(exp, top)}
+<p class="note">Sorted by the last reported {e(str(exp.metric))}; the best trial is marked * and highlighted.
+Generated by tuner on {e(generated)} from {e(str(exp.path))}.</p>
+</body></html>
+"""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(output, page)
+    files = _save_pngs(pngs, output.with_name(output.stem + "_plots"))
+    return output, files

@@ -1,0 +1,357 @@
+"""Reading an experiment folder into an :class:`Experiment`: the report's data.
+
+Everything comes from files, so a finished, a running and an interrupted experiment
+read alike: ``spec.yaml`` (metric, mode, scheduler, the sampled parameters),
+``tuner_run.json`` (start time), ``summary.json`` (when it describes the experiment as
+it is now), the newest readable ``experiment_state-*.json`` (every trial's id, status
+and folder, pending trials included), and each trial folder's ``params.json`` and
+``result.json``. Also the small value helpers the other report modules share. No Ray,
+no matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tuner.best import best_reported, has_result, nan_to_none, ranked
+from tuner.errors import InputError
+from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, RESULT_FILE, RESULTS_CSV,
+                          RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
+from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, distributions, flatten, nest
+from tuner.spec import Spec, SpecError, load_spec
+from tuner.state import ExperimentState, read_state
+
+__all__ = ["Experiment", "ReportError", "load_experiment"]
+
+_ENDED = ("TERMINATED", "ERROR")
+# Keys Ray adds to every result that are not metrics (the x axes are kept apart).
+_NOT_METRICS = RAY_RESULT_KEYS - PROGRESS_KEYS
+
+
+class ReportError(InputError, ValueError):
+    """The path is not an experiment folder (or a storage folder for ``tuner list``).
+
+    Raised by :func:`load_experiment` and :func:`list_experiments`, before anything is
+    written; ``tuner report`` and ``tuner list`` exit with code 2 (an
+    :class:`~tuner.errors.InputError`, also a ``ValueError``).
+    """
+
+
+@dataclass
+class Experiment:
+    """An experiment as its files show it.
+
+    Attributes:
+        path: The experiment folder.
+        name: The experiment name (the folder's name).
+        spec: The spec as run (``spec.yaml``), or None when missing or unreadable.
+        metric: The metric trials are compared by, or None.
+        mode: ``min`` or ``max``, or None.
+        status: ``running`` (a ``tuner`` process holds the folder's lock), ``finished``,
+            ``finished with errors``, ``interrupted`` (Ctrl-C), ``aborted`` (the first
+            trial's error stopped it), or ``stopped`` (the driver ended without writing
+            ``summary.json``: killed, or a resume that did not finish).
+        started: When the experiment started (``tuner_run.json``), ISO 8601, or None.
+        summary: ``summary.json`` when it describes the experiment as it is now, else None.
+        trials: One row per trial, best first (:mod:`tuner.best`): ``trial_id``,
+            ``status`` (Ray's; a trial left RUNNING by a driver that is gone shows as
+            UNFINISHED), ``iterations``,
+            ``stopped_early`` (ended with fewer iterations than the longest trial),
+            ``time_total_s``, ``config/<param>``, ``last_<metric>``, ``best_<metric>``
+            and ``best`` (True for the best trial).
+        history: One row per reported result: ``trial_id``, ``training_iteration``,
+            ``time_total_s`` and every numeric metric.
+        best_trial: Id of the best trial by :mod:`tuner.best`'s rule: the best last value
+            of the metric among the trials that did not error, NaN and inf skipped (as
+            ``summary.json``).
+        params: The sampled parameters (``config/`` names without the prefix).
+    """
+
+    path: Path
+    name: str
+    spec: Spec | None
+    metric: str | None
+    mode: str | None
+    status: str
+    started: str | None
+    summary: dict | None
+    trials: pd.DataFrame
+    history: pd.DataFrame
+    best_trial: str | None
+    params: list[str] = field(default_factory=list)
+
+    @property
+    def last_col(self) -> str | None:
+        """Column of the last reported value of the metric in :attr:`trials`."""
+        return f"last_{self.metric}" if self.metric else None
+
+    @property
+    def best_col(self) -> str | None:
+        """Column of the best reported value of the metric in :attr:`trials`."""
+        return f"best_{self.metric}" if self.metric else None
+
+    @property
+    def best_config(self) -> dict | None:
+        """The best trial's config (nested, as the train function saw it), or None."""
+        if self.best_trial is None:
+            return None
+        folder = _trial_folders(self.path).get(self.best_trial)
+        if folder is not None and (folder / PARAMS_FILE).is_file():
+            try:
+                return json.loads((folder / PARAMS_FILE).read_text(encoding="utf-8"))
+            except ValueError:
+                pass
+        row = self.trials[self.trials["trial_id"] == self.best_trial].iloc[0]
+        return nest({k[len("config/"):]: _py(v) for k, v in row.items() if k.startswith("config/")})
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _state_trials(state: ExperimentState | None) -> list[dict]:
+    return [{"trial_id": trial["trial_id"], "status": trial.get("status"),
+             "folder": trial.get("relative_logdir") or trial.get("custom_dirname"),
+             "config": trial.get("config") if isinstance(trial.get("config"), dict) else {}}
+            for trial in (state.trials if state is not None else [])]
+
+
+def _trial_folders(path: Path) -> dict[str, Path]:
+    """Trial id -> trial folder (``<trainable>_<trial_id>``: a folder with params.json or result.json)."""
+    out = {}
+    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
+        if not ((folder / RESULT_FILE).is_file() or (folder / PARAMS_FILE).is_file()):
+            continue
+        trial_id = None
+        try:
+            with open(folder / RESULT_FILE, encoding="utf-8") as f:
+                trial_id = json.loads(f.readline()).get("trial_id")
+        except (OSError, ValueError, AttributeError):
+            pass
+        out[trial_id or trial_id_of_folder(folder.name)] = folder
+    return out
+
+
+
+def _py(value: Any) -> Any:
+    """numpy/pandas scalars -> plain Python; NaN -> None."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    return nan_to_none(value)
+
+
+def _results(file: Path) -> list[dict]:
+    """The trial's results, one dict per line of ``result.json``; a half-written last line is skipped."""
+    rows: list[dict] = []
+    try:
+        text = file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return rows
+    for line in text.splitlines():
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(result, dict):
+            rows.append(result)
+    return rows
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time of a trial folder's own files (0 when it has none)."""
+    times = [f.stat().st_mtime for f in folder.iterdir() if f.is_file()]
+    return max(times, default=0.0)
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_running(path: Path) -> bool:
+    """Whether a tuner process holds the experiment's lock (``.tuner.lock``, an exclusive flock).
+
+    Read from ``/proc/locks`` without touching the lock; where that file is missing, a
+    shared non-blocking ``flock`` is tried and released at once.
+    """
+    lock = path / LOCK_FILE
+    if not lock.is_file():
+        return False
+    try:
+        inode = lock.stat().st_ino
+        with open("/proc/locks", encoding="ascii") as f:
+            return any(len(p) > 5 and p[1] == "FLOCK" and p[5].rsplit(":", 1)[-1] == str(inode)
+                       for p in (line.split() for line in f))
+    except OSError:
+        pass
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _is_experiment(path: Path) -> bool:
+    return path.is_dir() and any((path / name).is_file() for name in (RUN_RECORD, SPEC_SNAPSHOT)) \
+        or path.is_dir() and any(path.glob(EXPERIMENT_STATE_GLOB))
+
+
+def load_experiment(path: str | os.PathLike) -> Experiment:
+    """Read an experiment folder into an :class:`Experiment`.
+
+    Args:
+        path: The experiment folder, ``<storage>/<name>``.
+
+    Returns:
+        The experiment: its status, one row per trial (best first) and every result.
+
+    Raises:
+        ReportError: If ``path`` is not an experiment folder.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ReportError(f"{path} does not exist; give an experiment folder, e.g. runs/mnist-asha "
+                          "(`tuner list runs` shows the experiments there).")
+    if not _is_experiment(path):
+        raise ReportError(f"{path} is not a tuner experiment folder (no {RUN_RECORD}, {SPEC_SNAPSHOT} or "
+                          f"{EXPERIMENT_STATE_GLOB}); give the folder `tuner run` created, e.g. runs/mnist-asha "
+                          "(`tuner list STORAGE` shows the experiments in a storage folder).")
+    path = path.resolve()
+    spec = None
+    if (path / SPEC_SNAPSHOT).is_file():
+        try:
+            spec = load_spec(path / SPEC_SNAPSHOT)
+        except SpecError:
+            spec = None
+    record = _read_json(path / RUN_RECORD) or {}
+    state = read_state(path)
+    state_mtime = state.mtime if state is not None else 0.0
+    summary = _read_json(path / SUMMARY)
+    if summary is not None and (path / SUMMARY).stat().st_mtime < state_mtime:
+        summary = None  # written by an earlier session; a later resume has not finished
+    running = _is_running(path)
+    metric = spec.metric if spec else (summary or {}).get("metric")
+    mode = spec.mode if spec else (summary or {}).get("mode")
+
+    folders = _trial_folders(path)
+    listed = _state_trials(state)
+    known = {t["trial_id"] for t in listed}
+    # A folder the state does not list is a trial newer than the state, unless its files are
+    # older: then it is a trial the experiment dropped (`tuner resume --restart-errored`
+    # starts an errored trial over as a new trial, in a new folder).
+    ids = [t["trial_id"] for t in listed] + [t for t, folder in folders.items() if t not in known
+                                             and not (state is not None and _last_write(folder) < state_mtime)]
+    by_id = {t["trial_id"]: t for t in listed}
+    csv_status: dict[str, str] = {}
+    if summary is not None and (path / RESULTS_CSV).is_file():
+        try:
+            csv = pd.read_csv(path / RESULTS_CSV, dtype={"trial_id": str})
+            csv_status = dict(zip(csv["trial_id"], csv["status"]))
+        except (ValueError, KeyError, pd.errors.ParserError):
+            pass
+
+    rows, history = [], []
+    for trial_id in ids:
+        info = by_id.get(trial_id, {})
+        folder = folders.get(trial_id) or (path / info["folder"] if info.get("folder") else None)
+        results = _results(folder / RESULT_FILE) if folder is not None else []
+        config = _read_json(folder / PARAMS_FILE) if folder is not None else None
+        if not isinstance(config, dict):
+            config = info.get("config") or (results[-1].get("config") if results else None) or {}
+        per_iter: dict[Any, dict] = {}
+        for r in results:  # a resumed trial may report an iteration again: the last one counts
+            flat = flatten({k: v for k, v in r.items() if k not in _NOT_METRICS})
+            row = {k: v for k, v in flat.items() if _numeric(v)}
+            per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
+        trial_hist = [{"trial_id": trial_id, **row} for row in per_iter.values()]
+        history.extend(trial_hist)
+        status = info.get("status") or csv_status.get(trial_id)
+        if status is None:
+            if folder is not None and (folder / ERROR_FILE).is_file():
+                status = "ERROR"
+            elif results and results[-1].get("done"):
+                status = "TERMINATED"
+            else:
+                status = "RUNNING" if results else "PENDING"
+        if status in ("RUNNING", "PAUSED") and not running:
+            status = "UNFINISHED"
+        last = trial_hist[-1] if trial_hist else {}
+        row = {"trial_id": trial_id, "status": status,
+               "iterations": int(last.get("training_iteration", len(trial_hist)) or 0),
+               "time_total_s": last.get("time_total_s")}
+        row.update({f"config/{k}": v for k, v in flatten(config).items()})
+        if metric:
+            row[f"last_{metric}"] = last.get(metric, math.nan)
+            row[f"best_{metric}"] = best_reported([h.get(metric) for h in trial_hist], mode)
+        rows.append(row)
+
+    trials = pd.DataFrame(rows, columns=None if rows else ["trial_id", "status", "iterations", "time_total_s"])
+    if metric:
+        for col in (f"last_{metric}", f"best_{metric}"):
+            if col not in trials:
+                trials[col] = pd.Series(dtype=float)
+    ended = trials.loc[trials["status"] == "TERMINATED", "iterations"] if not trials.empty else pd.Series([])
+    full = int(ended.max()) if not ended.empty else 0
+    trials["stopped_early"] = (trials["status"] == "TERMINATED") & (trials["iterations"] < full)
+    best_trial = None
+    if metric and not trials.empty:
+        col = f"last_{metric}"
+        # tuner.best's rule, as summary.json and results.csv: errored trials and trials
+        # without a finite value go last, and are never the best.
+        trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
+                                   status=lambda i: trials.at[i, "status"],
+                                   trial_id=lambda i: trials.at[i, "trial_id"])]
+        if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
+            best_trial = trials["trial_id"].iloc[0]
+    else:
+        trials = trials.sort_values("trial_id", kind="stable") if not trials.empty else trials
+    trials = trials.reset_index(drop=True)
+    trials.insert(0, "best", trials["trial_id"] == best_trial)
+    front = ["best", "trial_id", "status", "iterations", "stopped_early", "time_total_s"]
+    config_cols = [c for c in trials.columns if c.startswith("config/")]
+    rest = [c for c in trials.columns if c not in front and c not in config_cols]
+    trials = trials[front + config_cols + rest]
+
+    if spec is not None:
+        params = [name for name, _ in distributions(spec.param_space)]
+    else:  # no spec: the config keys that differ between trials
+        params = [c[len("config/"):] for c in config_cols if trials[c].astype(str).nunique() > 1]
+    if summary is not None and not running:
+        if summary.get("aborted"):
+            status = "aborted"
+        elif summary.get("interrupted"):
+            status = "interrupted"
+        elif (summary.get("trials", {}).get("by_status", {}).get("ERROR", 0)
+              or (trials["status"] == "ERROR").any()):
+            status = "finished with errors"
+        else:
+            status = "finished"
+    else:
+        status = "running" if running else "stopped"
+    hist = pd.DataFrame(history)
+    if hist.empty:
+        hist = pd.DataFrame(columns=["trial_id", "training_iteration"])
+    return Experiment(path=path, name=path.name, spec=spec, metric=metric, mode=mode, status=status,
+                      started=record.get("created"), summary=summary, trials=trials, history=hist,
+                      best_trial=best_trial, params=params)

@@ -1,0 +1,260 @@
+"""The report's plots, drawn with matplotlib (no pyplot) and rendered to PNG: learning
+curves with the scheduler's rungs, the metric against each parameter, parallel
+coordinates of the top trials, parameter importances and the budget.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from tuner.best import has_result, is_finite_number
+from tuner.files import atomic_write
+from tuner.params import distributions
+from tuner.report.analysis import budget, importances, scheduler_rungs
+from tuner.report.loading import Experiment, _numeric, _py
+
+__all__ = ["write_plots"]
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor="white")
+    return buf.getvalue()
+
+
+def _x_attr(exp: Experiment) -> str:
+    attr = exp.spec.scheduler.time_attr if exp.spec else "training_iteration"
+    return attr if attr in exp.history.columns else "training_iteration"
+
+
+def _colors(n: int):
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return [cmap(i / max(1, n - 1) * 0.9) for i in range(n)]
+
+
+def _plot_curves(exp: Experiment):
+    h, metric = exp.history, exp.metric
+    if not metric or metric not in h:
+        return None
+    x = _x_attr(exp)
+    fig = _figure(9, 5)
+    ax = fig.add_subplot()
+    order = list(exp.trials["trial_id"])  # best first: darkest
+    colors = dict(zip(order, _colors(len(order))))
+    early = set(exp.trials.loc[exp.trials["stopped_early"], "trial_id"])
+    stopped_label = False
+    for trial_id in reversed(order):
+        g = h[h["trial_id"] == trial_id].sort_values(x)
+        g = g[g[metric].map(is_finite_number)]
+        if g.empty:
+            continue
+        best = trial_id == exp.best_trial
+        ax.plot(g[x], g[metric], color="crimson" if best else colors[trial_id], lw=2.6 if best else 1.2,
+                alpha=1 if best else 0.8, marker="o" if len(g) < 30 else None, ms=3,
+                label=f"best: {trial_id}" if best else None, zorder=3 if best else 2)
+        if trial_id in early:
+            ax.plot(g[x].iloc[-1], g[metric].iloc[-1], "x", color="black", ms=8, mew=2, zorder=4,
+                    label=None if stopped_label else "stopped early")
+            stopped_label = True
+    rungs = scheduler_rungs(exp.spec)
+    if rungs and x == (exp.spec.scheduler.time_attr if exp.spec else x):
+        for i, r in enumerate(rungs):
+            ax.axvline(r, color="grey", ls="--", lw=1, zorder=1,
+                       label=f"{exp.spec.scheduler.type} rungs" if i == 0 else None)
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric)
+    ax.set_title(f"Learning curves: {metric} of {len(order)} trials ({exp.mode})")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+def _param_values(exp: Experiment, name: str) -> tuple[list, bool, list | None]:
+    """Values of a parameter per trial (in trials order), whether numeric, and category labels."""
+    vals = [_py(v) for v in exp.trials[f"config/{name}"]]
+    if all(v is None or _numeric(v) for v in vals):
+        return vals, True, None
+    labels = sorted({str(v) for v in vals})
+    return [labels.index(str(v)) for v in vals], False, labels
+
+
+def _log_param(exp: Experiment, name: str, vals: list) -> bool:
+    if exp.spec:
+        for n, d in distributions(exp.spec.param_space):
+            if n == name:
+                return "log" in d.type
+    pos = [v for v in vals if v is not None and v > 0]
+    return len(pos) == len(vals) and bool(pos) and max(pos) / min(pos) > 100
+
+
+def _plot_params(exp: Experiment):
+    if not exp.metric or not exp.params or exp.trials.empty:
+        return None
+    params = [p for p in exp.params if f"config/{p}" in exp.trials]
+    n = len(params)
+    if not n:
+        return None
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig = _figure(4.2 * cols, 3.4 * rows)
+    y = [_py(v) for v in exp.trials[exp.last_col]]
+    early = list(exp.trials["stopped_early"])
+    best = list(exp.trials["best"])
+    for i, name in enumerate(params):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        xs, numeric, labels = _param_values(exp, name)
+        for group, style in ((False, dict(color="tab:blue", s=30, label="ran to the end")),
+                             (True, dict(facecolors="none", edgecolors="grey", s=30, label="stopped early"))):
+            pts = [(x, v) for x, v, e, b in zip(xs, y, early, best) if e == group and not b and x is not None
+                   and v is not None]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], **style)
+        for x, v, b in zip(xs, y, best):
+            if b and x is not None and v is not None:
+                ax.scatter([x], [v], marker="*", s=180, color="crimson", zorder=3, label="best")
+        if numeric and _log_param(exp, name, [v for v in xs if v is not None]):
+            ax.set_xscale("log")
+        if labels is not None:
+            ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 4 else 0)
+        ax.set_xlabel(name)
+        ax.set_ylabel(f"{exp.metric} (last)")
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{exp.metric} (last reported) against each parameter")
+    return fig
+
+
+def _plot_parallel(exp: Experiment, top: int):
+    if not exp.metric or not exp.params:
+        return None
+    t = exp.trials[[has_result(v, s) for v, s in zip(exp.trials[exp.last_col], exp.trials["status"])]].head(top)
+    params = [p for p in exp.params if f"config/{p}" in t]
+    if t.empty or not params:
+        return None
+    axes_cols: list[tuple[str, list[float], list[str]]] = []  # (label, values in [0, 1], tick labels low/high)
+    for name in params:
+        vals, numeric, labels = _param_values(exp, name)
+        idx = [exp.trials.index.get_loc(i) for i in t.index]
+        vals = [vals[i] for i in idx]
+        if numeric:
+            num = [float(v) if v is not None else math.nan for v in vals]
+            log = _log_param(exp, name, [v for v in num if not math.isnan(v)])
+            scaled = [math.log10(v) if log and v > 0 else v for v in num]
+            lo, hi = min(scaled), max(scaled)
+            norm = [(v - lo) / (hi - lo) if hi > lo else 0.5 for v in scaled]
+            lo_v, hi_v = (10 ** lo, 10 ** hi) if log else (lo, hi)
+            axes_cols.append((name, norm, [f"{lo_v:.3g}", f"{hi_v:.3g}"]))
+        else:
+            k = max(1, len(labels) - 1)
+            axes_cols.append((name, [v / k if len(labels) > 1 else 0.5 for v in vals], [labels[0], labels[-1]]))
+    m = [float(v) for v in t[exp.last_col]]
+    lo, hi = min(m), max(m)
+    axes_cols.append((f"{exp.metric} (last)", [(v - lo) / (hi - lo) if hi > lo else 0.5 for v in m],
+                      [f"{lo:.4g}", f"{hi:.4g}"]))
+    fig = _figure(max(6, 1.8 * len(axes_cols)), 4.5)
+    ax = fig.add_subplot()
+    xs = list(range(len(axes_cols)))
+    colors = _colors(len(t))
+    for j in reversed(range(len(t))):
+        best = t["trial_id"].iloc[j] == exp.best_trial
+        ax.plot(xs, [c[1][j] for c in axes_cols], color="crimson" if best else colors[j], lw=2.6 if best else 1.3,
+                alpha=1 if best else 0.85, zorder=3 if best else 2, marker="o", ms=3)
+    for x, (_label, _, ticks) in zip(xs, axes_cols):
+        ax.axvline(x, color="black", lw=1, zorder=1)
+        ax.text(x, -0.06, ticks[0], ha="center", va="top", fontsize=8)
+        ax.text(x, 1.06, ticks[1], ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, [c[0] for c in axes_cols])
+    ax.set_yticks([])
+    ax.set_ylim(-0.18, 1.18)
+    ax.set_xlim(-0.3, len(axes_cols) - 0.7)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(f"Parallel coordinates of the top {len(t)} trials (best in red; darker = better)")
+    return fig
+
+
+def _plot_importances(imp: dict[str, float], note: str):
+    if not imp:
+        return None
+    names = list(imp)[::-1]
+    fig = _figure(7, 0.5 * len(names) + 1.6)
+    ax = fig.add_subplot()
+    ax.barh(names, [imp[n] for n in names], color="tab:blue")
+    for i, n in enumerate(names):
+        ax.text(imp[n], i, f" {imp[n]:.2f}", va="center", fontsize=9)
+    ax.set_xlim(0, 1.1)
+    ax.set_xlabel("importance (sums to 1)")
+    ax.set_title("Parameter importances (fANOVA)")
+    return fig
+
+
+def _plot_budget(b: dict[str, Any]):
+    fig = _figure(8, 3.2)
+    pairs = [("trial-iterations", b["trial_iterations"], b["trial_iterations_without_early_stopping"]),
+             ("trial time (s)", b["trial_time_s"], b["trial_time_s_without_early_stopping"])]
+    if b["wall_time_s"] is not None and b["wall_time_s_without_early_stopping"] is not None:
+        pairs.append(("wall time (s)", b["wall_time_s"], b["wall_time_s_without_early_stopping"]))
+    for i, (label, used, full) in enumerate(pairs):
+        ax = fig.add_subplot(1, len(pairs), i + 1)
+        bars = ax.bar(["used", "without\nearly stopping"], [used, full], color=["tab:green", "lightgrey"],
+                      edgecolor="black")
+        for bar, v in zip(bars, (used, full)):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{v:.4g}", ha="center", va="bottom",
+                    fontsize=9)
+        ax.set_title(label)
+        ax.set_ylim(0, max(used, full, 1e-9) * 1.2)
+    fig.suptitle(f"Budget of {b['trials']} trials ({b['stopped_early']} stopped early)")
+    return fig
+
+
+def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Render every plot to PNG bytes; also returns the facts shown beside them."""
+    imp, note = importances(exp)
+    b = budget(exp)
+    figs = {
+        "learning_curves": _plot_curves(exp),
+        "metric_vs_params": _plot_params(exp),
+        "parallel_coordinates": _plot_parallel(exp, top),
+        "importances": _plot_importances(imp, note),
+        "budget": _plot_budget(b) if not exp.trials.empty else None,
+    }
+    return {k: _png(f) for k, f in figs.items() if f is not None}, {"importances": imp, "note": note, "budget": b}
+
+
+def write_plots(exp: Experiment, folder: str | os.PathLike, top: int = 10) -> dict[str, Path]:
+    """Write the report's plots as PNG files (matplotlib), readable without a browser.
+
+    Args:
+        exp: From :func:`load_experiment`.
+        folder: Where the PNGs go; created if missing.
+        top: Trials in the parallel-coordinates plot.
+
+    Returns:
+        Plot name -> PNG file: ``learning_curves``, ``metric_vs_params``,
+        ``parallel_coordinates``, ``importances``, ``budget`` (those that apply).
+    """
+    pngs, _ = _plots(exp, top)
+    return _save_pngs(pngs, Path(folder))
+
+
+def _save_pngs(pngs: dict[str, bytes], folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, data in pngs.items():
+        atomic_write(folder / f"{name}.png", data)
+        out[name] = folder / f"{name}.png"
+    return out

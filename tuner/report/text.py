@@ -1,0 +1,148 @@
+"""The report as text: the console table, CSV and JSON of ``tuner report``, and the
+experiments table of ``tuner list``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tuner.report.analysis import budget
+from tuner.report.loading import Experiment, ReportError, _is_experiment, _py, load_experiment
+
+__all__ = ["render", "list_experiments", "render_list", "FORMATS"]
+
+FORMATS = ("table", "csv", "json", "html")
+
+
+def _fmt(v: Any) -> str:
+    v = _py(v)
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _header(exp: Experiment) -> list[str]:
+    t = exp.trials
+    counts = t["status"].value_counts()
+    by_status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "none yet"
+    lines = [f"Experiment {exp.name} ({exp.path}): {exp.status}"
+             + (f", started {exp.started}" if exp.started else "")]
+    metric = f"metric {exp.metric} ({exp.mode})" if exp.metric else "no metric"
+    lines.append(f"{len(t)} trials ({by_status}); {metric}")
+    if exp.best_trial is not None:
+        value = t.loc[t["trial_id"] == exp.best_trial, exp.last_col].iloc[0]
+        lines.append(f"Best trial {exp.best_trial} (*): {exp.metric}={_fmt(value)}")
+    return lines
+
+
+def _display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
+    t = exp.trials.head(top) if top else exp.trials
+    cols = ["trial_id", "status", "iterations"] + [f"config/{p}" for p in exp.params if f"config/{p}" in t]
+    if exp.metric:
+        cols += [exp.last_col, exp.best_col]
+    out = pd.DataFrame({"": ["*" if b else "" for b in t["best"]]}, index=t.index)
+    for c in cols:
+        name = c[len("config/"):] if c.startswith("config/") else c
+        if c == exp.last_col:
+            name = f"{exp.metric} (last)"
+        elif c == exp.best_col:
+            name = f"{exp.metric} (best)"
+        elif c == "iterations":
+            name = "iter"
+        out[name] = [_fmt(v) for v in t[c]]
+    return out
+
+
+def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
+    """Render the trials as text.
+
+    Args:
+        exp: From :func:`load_experiment`.
+        fmt: ``table`` (a header and the trials, best marked ``*``), ``csv`` (every
+            column of :attr:`Experiment.trials`) or ``json`` (``experiment``: status,
+            best trial and config, budget; ``trials``: one object per trial).
+        top: Only the ``top`` best trials.
+
+    Returns:
+        The text, ending with a newline.
+    """
+    t = exp.trials.head(top) if top else exp.trials
+    if fmt == "table":
+        lines = _header(exp)
+        if t.empty:
+            lines.append("(no trials yet)")
+        else:
+            lines += ["", _display_frame(exp, top).to_string(index=False)]
+        return "\n".join(lines) + "\n"
+    if fmt == "csv":
+        return t.to_csv(index=False)
+    if fmt == "json":
+        trials = json.loads(t.to_json(orient="records", double_precision=15))
+        doc = {"experiment": _facts(exp), "trials": trials}
+        return json.dumps(doc, indent=2, default=str) + "\n"
+    raise ValueError(f"unknown format {fmt!r}; allowed: table, csv, json (html: write_html)")
+
+
+def _facts(exp: Experiment) -> dict[str, Any]:
+    best_value = None
+    if exp.best_trial is not None:
+        best_value = _py(exp.trials.loc[exp.trials["trial_id"] == exp.best_trial, exp.last_col].iloc[0])
+    return {
+        "name": exp.name, "path": str(exp.path), "status": exp.status, "started": exp.started,
+        "metric": exp.metric, "mode": exp.mode,
+        "trials": {"total": len(exp.trials), "by_status": {str(k): int(v) for k, v in
+                                                           exp.trials["status"].value_counts().items()}},
+        "best": None if exp.best_trial is None else {"trial_id": exp.best_trial, "value": best_value,
+                                                    "config": exp.best_config},
+        "budget": budget(exp),
+    }
+
+
+def list_experiments(storage: str | os.PathLike = "runs") -> pd.DataFrame:
+    """One row per experiment in a storage folder, oldest first.
+
+    Args:
+        storage: The parent folder of the experiments (a spec's ``storage``).
+
+    Returns:
+        Columns ``name``, ``status``, ``trials`` (count, with the errored ones),
+        ``best`` (``metric=value``), ``started`` and ``path``.
+
+    Raises:
+        ReportError: If ``storage`` is not a folder.
+    """
+    root = Path(storage).expanduser()
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a folder; give the storage folder that holds the experiments "
+                          "(a spec's `storage:`, `runs` by default).")
+    rows = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not _is_experiment(folder):
+            continue
+        exp = load_experiment(folder)
+        t = exp.trials
+        errored = int((t["status"] == "ERROR").sum())
+        trials = f"{len(t)}" + (f" ({errored} errored)" if errored else "")
+        best = "-"
+        if exp.best_trial is not None:
+            best = f"{exp.metric}={_fmt(t.loc[t['trial_id'] == exp.best_trial, exp.last_col].iloc[0])}"
+        rows.append({"name": exp.name, "status": exp.status, "trials": trials, "best": best,
+                     "started": exp.started or "-", "path": str(exp.path)})
+    frame = pd.DataFrame(rows, columns=["name", "status", "trials", "best", "started", "path"])
+    return frame.sort_values(["started", "name"], kind="stable").reset_index(drop=True)
+
+
+def render_list(frame: pd.DataFrame) -> str:
+    """The table ``tuner list`` prints: one line per experiment (without the path column)."""
+    if frame.empty:
+        return "(no experiments)\n"
+    return frame.drop(columns=["path"]).to_string(index=False) + "\n"
