@@ -17,6 +17,9 @@ from tuner.best import best, has_result, ranked
 from tuner.errors import TunerError
 from tuner.report import load_experiment, render
 
+# One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_best")
+
 TRIALS = [  # (trial_id, status, last value)
     ("a_00004", "TERMINATED", 0.30),
     ("a_00001", "ERROR", 0.01),  # the best value, but it errored

@@ -15,6 +15,9 @@ import yaml
 
 from tests.conftest import run_cli
 
+# One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_cloud_storage")
+
 moto_server = pytest.importorskip("moto.server", reason="moto[server] (the test extra) is needed for an S3 API")
 
 SPEC = """\

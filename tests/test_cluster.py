@@ -23,7 +23,8 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_cluster")]
 
 SPEC = """\
 name: {name}

@@ -12,6 +12,9 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 
+# One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_integrations")
+
 SECRET = "tunertestsecret0123456789abcdef0123456789"  # 40 characters, like a W&B key
 SPEC = """\
 name: integ

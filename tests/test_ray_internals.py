@@ -27,6 +27,9 @@ from collections.abc import Callable
 
 import pytest
 
+# One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_ray_internals")
+
 # --------------------------------------------------------------------------- checks
 
 

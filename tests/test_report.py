@@ -20,6 +20,9 @@ import yaml
 
 from tests.conftest import ROOT, run_cli
 
+# One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_report")
+
 SPEC = """\
 name: steady
 trainable: tests.trainables:steady
