@@ -27,8 +27,13 @@ def spec(tmp_path, **kw):
 
 
 @pytest.mark.slow
-def test_ddp_trial_with_two_gloo_workers(ray_local, tmp_path):
-    result = tune_model(spec(tmp_path))
+def test_ddp_trial_with_two_gloo_workers_resumes_a_worker_crash_from_checkpoint_on_all_ranks(ray_local, tmp_path):
+    """One DDP trial (one worker group start-up serves both checks): rank 0 reports what the two ranks
+    saw, and after a worker crash at epoch 0 both ranks go on from the checkpoint of epoch 0."""
+    marker = tmp_path / "crashed-once"
+    result = tune_model(spec(tmp_path, param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
+                                                    "fail_marker": str(marker)},
+                             failure={"max_failures": 1}))
     m = result.best_metrics
     assert m["world_size"] == 2 and m["rank"] == 0, "rank 0's metrics reach Tune"
     assert m["per_worker_batch"] == 4, "the global batch of 8 is split over 2 workers"
@@ -36,19 +41,9 @@ def test_ddp_trial_with_two_gloo_workers(ray_local, tmp_path):
     assert len(shards) == 2 and not set(shards[0]) & set(shards[1]), "DistributedSampler gives disjoint shards"
     assert sorted(shards[0] + shards[1]) == list(range(16)), "together the ranks see every sample once"
     assert m["device"] == "cpu"
-    assert result.dataframe.loc[0, "training_iteration"] == 2
     assert result.best_checkpoint and "checkpoint" in result.best_checkpoint
-
-
-@pytest.mark.slow
-def test_ddp_worker_crash_resumes_from_checkpoint_on_all_ranks(ray_local, tmp_path):
-    marker = tmp_path / "crashed-once"
-    result = tune_model(spec(tmp_path, param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
-                                                    "fail_marker": str(marker)},
-                             failure={"max_failures": 1}))
     assert marker.exists(), "the worker crashed once"
-    m = result.best_metrics
-    assert m["epoch"] == 2
+    assert m["epoch"] == 2 and result.dataframe.loc[0, "training_iteration"] == 3
     assert json.loads(m["starts"]) == [1, 1], "both ranks restored the checkpoint of epoch 0"
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tuner.layout import RUN_RECORD, SPEC_SNAPSHOT
 
 SPEC = """\
 name: steady
@@ -48,11 +49,12 @@ def wait_for_progress(exp, min_lines, timeout=120):
 
 @pytest.mark.slow
 def test_sigkill_the_driver_repeatedly_then_resume(tmp_path):
+    """SIGKILL the driver mid-run, resume, SIGKILL the resumed driver, resume again: nothing is lost."""
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC)
     exp = tmp_path / "runs" / "steady"
     proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
-    for kill in range(3):
+    for kill in range(2):
         wait_for_progress(exp, 4 + 8 * kill)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -71,10 +73,23 @@ def test_sigkill_the_driver_repeatedly_then_resume(tmp_path):
         assert max(epochs) == 5 and len(set(epochs)) == 6
 
 
+def canned_experiment(tmp_path, spec_text, spec_source=None):
+    """An experiment folder as `tuner run` leaves it, as far as a resume's checks before Ray read it:
+    the spec snapshot and the run record (naming the spec file it was started from)."""
+    exp = tmp_path / "runs" / "steady"
+    exp.mkdir(parents=True)
+    (exp / SPEC_SNAPSHOT).write_text(spec_text)
+    (exp / RUN_RECORD).write_text(json.dumps({"spec_source": str(spec_source) if spec_source else None,
+                                              "python_path": [], "created": "now"}))
+    return exp
+
+
 def test_resume_refuses_a_changed_spec(tmp_path):
+    """Refused before Ray starts (on a canned experiment folder; the snapshot `tuner run` writes is
+    read back by every resume test below)."""
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 1").replace("sleep: 0.4", "sleep: 0"))
-    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    canned_experiment(tmp_path, spec.read_text(), spec)
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 1").replace("high: 1}", "high: 2}")
                     .replace("epochs: 6", "epochs: 7"))
     proc = run_cli("resume", tmp_path / "runs" / "steady", "--num-cpus", "2")
@@ -151,10 +166,7 @@ def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
 
 def test_resume_refuses_a_truncated_state_without_a_snapshot(tmp_path):
     """A resume never silently starts over: an unreadable state and no snapshot is refused, before Ray starts."""
-    exp = tmp_path / "runs" / "steady"
-    exp.mkdir(parents=True)
-    (exp / "spec.yaml").write_text(SPEC)
-    (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
+    exp = canned_experiment(tmp_path, SPEC)
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{\"trial_data\": [")
     proc = run_cli("resume", exp, "--num-cpus", "2")
     assert proc.returncode == 2

@@ -80,6 +80,11 @@ def _reduction_factor(value: float) -> float:
 class _Sched(_Model):
     time_attr: NonBlank = "training_iteration"
 
+    @field_validator("reduction_factor", check_fields=False)  # the successive-halving schedulers' field
+    @classmethod
+    def _rf(cls, value: float) -> float:
+        return _reduction_factor(value)
+
 
 class FIFOScheduler(_Sched):
     """Run every trial to its end: Ray's ``FIFOScheduler``."""
@@ -102,11 +107,6 @@ class ASHAScheduler(_Sched):
     brackets: Int = Field(default=1, ge=1)
     stop_last_trials: bool = True
 
-    @field_validator("reduction_factor")
-    @classmethod
-    def _rf(cls, value: float) -> float:
-        return _reduction_factor(value)
-
 
 class HyperBandScheduler(_Sched):
     """Synchronous Hyperband: Ray's ``HyperBandScheduler``.
@@ -119,11 +119,6 @@ class HyperBandScheduler(_Sched):
     max_t: Int | None = Field(default=None, ge=1)
     reduction_factor: Float = 3
     stop_last_trials: bool = True
-
-    @field_validator("reduction_factor")
-    @classmethod
-    def _rf(cls, value: float) -> float:
-        return _reduction_factor(value)
 
 
 class BOHBScheduler(HyperBandScheduler):

@@ -151,12 +151,8 @@ def _collect_marks(node: yaml.Node, path: tuple, marks: dict) -> None:
     marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, yaml.Node] = {}
-        merged = []
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:
-                merged.append(value_node)
-                continue
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+        merged, entries = _split_merges(node)
+        for key, key_node, value_node in entries:
             if key in seen:
                 first = seen[key].start_mark
                 raise _YAMLIssue(SpecIssue(
@@ -171,6 +167,18 @@ def _collect_marks(node: yaml.Node, path: tuple, marks: dict) -> None:
             _collect_marks(item, path + (i,), marks)
 
 
+def _split_merges(node: yaml.MappingNode) -> tuple[list[yaml.Node], list[tuple[Any, yaml.Node, yaml.Node]]]:
+    """A mapping's ``<<`` values, and its other entries as ``(key, key node, value node)``, in order."""
+    merged, entries = [], []
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:
+            merged.append(value_node)
+        else:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            entries.append((key, key_node, value_node))
+    return merged, entries
+
+
 def _collect_entry(key: Any, key_node: yaml.Node, value_node: yaml.Node, path: tuple, marks: dict) -> None:
     marks[("<key>",) + path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
     _collect_marks(value_node, path + (key,), marks)
@@ -182,12 +190,8 @@ def _collect_merged(values: list[yaml.Node], path: tuple, seen: dict, marks: dic
         for source in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
             if not isinstance(source, yaml.MappingNode):
                 continue  # the constructor refuses it ("expected a mapping for merging")
-            inner = []
-            for key_node, sub in source.value:
-                if key_node.tag == _MERGE_TAG:
-                    inner.append(sub)
-                    continue
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            inner, entries = _split_merges(source)
+            for key, key_node, sub in entries:
                 if key not in seen:
                     seen[key] = key_node
                     _collect_entry(key, key_node, sub, path, marks)
