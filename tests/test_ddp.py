@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tuner import tune_model
 from tuner.spec import load_spec
 
@@ -111,10 +111,9 @@ def test_oom_backoff_spec_errors():
 
 
 @pytest.mark.slow
-def test_mnist_ddp_spec_runs(tmp_path):
-    proc = run_cli("run", "search_spaces/mnist_ddp.yaml", "--storage", tmp_path, "--num-samples", "1",
-                   "--set", "param_space.epochs=1", "--set", "param_space.limit_train=800", timeout=600)
-    assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
+def test_mnist_ddp_spec_runs(ray_local, tmp_path):
+    tune_model(ROOT / "search_spaces" / "mnist_ddp.yaml", storage=str(tmp_path), num_samples=1,
+               param_space={"epochs": 1, "limit_train": 800})
     summary = json.loads((tmp_path / "mnist-ddp" / "summary.json").read_text())
     assert summary["best"]["metrics"]["val_accuracy"] > 0.5
 
@@ -136,7 +135,7 @@ def test_no_gpu_metrics_on_cpu():
 
 
 @pytest.mark.slow
-def test_ddp_trials_stopped_by_asha_release_their_workers(tmp_path):
+def test_ddp_trials_stopped_by_asha_release_their_workers(ray_local, tmp_path):
     """ASHA stops DDP trials early; their worker groups' CPUs are freed, so later trials run."""
     (tmp_path / "a.yaml").write_text("""\
 name: asha-ddp
@@ -150,8 +149,7 @@ scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 2}
 resources: {workers: 2, cpu_per_worker: 1}
 reporting: {cli: false}
 """)
-    proc = run_cli("run", tmp_path / "a.yaml", "--num-cpus", "2", "--storage", tmp_path, timeout=400)
-    assert proc.returncode == 0, proc.stderr
+    tune_model(tmp_path / "a.yaml", storage=str(tmp_path))  # on the session's Ray: 2 CPUs, one group at a time
     df = pd.read_csv(tmp_path / "asha-ddp" / "results.csv")
     assert len(df) == 3 and set(df["status"]) == {"TERMINATED"}
     order = df.sort_values("trial_id")["training_iteration"].tolist()

@@ -99,16 +99,24 @@ def test_resume_refuses_a_changed_spec(tmp_path):
                            "start a new experiment with `tuner run --name NEW`.\n")
 
 
+def run_in_process(spec, storage):
+    """The first run of a resume test, through tune_model on the session's Ray (a user's Python run;
+    `tuner resume` then takes it over, as it would a `tuner run`'s): no Ray of its own to start."""
+    from tuner import tune_model
+
+    return tune_model(spec, storage=str(storage))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("search", ["random", "grid", "optuna"])
-def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(tmp_path, search):
+def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tmp_path, search):
     body = (SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
             .replace("sleep: 0.4", "sleep: 0") + f"search: {{algorithm: {search}}}\n")
     if search == "grid":
         body = body.replace("x: {type: uniform, low: 0, high: 1}", "x: {type: choice, values: [0.1, 0.2, 0.3]}")
     spec = tmp_path / "steady.yaml"
     spec.write_text(body)
-    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    run_in_process(spec, tmp_path / "runs")
     exp = tmp_path / "runs" / "steady"
     before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
     spec.write_text(body.replace("num_samples: 2", "num_samples: 4"))
@@ -181,13 +189,13 @@ def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(tmp_path):
+def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path):
     """A finished experiment resumes to nothing; so does one whose newest state was truncated
     mid-write: the resume falls back to the snapshot, says so, and keeps the broken file aside."""
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
                     .replace("sleep: 0.4", "sleep: 0"))
-    assert run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs").returncode == 0
+    run_in_process(spec, tmp_path / "runs")
     exp = tmp_path / "runs" / "steady"
     before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
     assert len(before) == 2
