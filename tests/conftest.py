@@ -76,3 +76,9 @@ def console_reports(out: str) -> list[dict]:
     for block in blocks:
         del block["_header"], block["_last"]
     return blocks
+
+
+def pytest_collection_modifyitems(items):
+    """The slow (end-to-end) tests first, so that xdist's workers end together on the short ones
+    instead of one worker finishing a long test alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
