@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner import tune_model
 from tuner.errors import TrialError
 from tuner.spec import SpecError
@@ -67,7 +67,7 @@ def test_a_second_run_gets_a_fresh_folder_and_an_explicit_name_is_refused(ray_lo
         tune_model(spec(tmp_path), name="api")
 
 
-def test_validate_notes_the_fresh_folder_and_run_refuses_an_existing_name(tmp_path):
+def test_validate_notes_the_fresh_folder_and_run_refuses_an_existing_name(tmp_path, run_cli):
     """`tuner validate` tells where a run would go when the folder exists (a note, not an error);
     `tuner run --name` of an existing folder exits 2."""
     spec_file = tmp_path / "s.yaml"
@@ -83,7 +83,7 @@ def test_validate_notes_the_fresh_folder_and_run_refuses_an_existing_name(tmp_pa
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["again"], "nothing else was written"
 
 
-def test_shipped_specs_validate_from_another_folder(tmp_path):
+def test_shipped_specs_validate_from_another_folder(tmp_path, run_cli):
     """A spec's trainable is found relative to the spec file, not only the working directory."""
     for rel in ("search_spaces/mnist_grid.yaml", "search_spaces/cifar_tutorial.yaml"):
         proc = run_cli("validate", ROOT / rel, cwd=tmp_path)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, console_reports, run_cli
+from tests.fixtures.paths import ROOT
+from tests.fixtures.console import console_reports
 
 TOY = """\
 name: toy
@@ -33,7 +34,7 @@ def write(tmp_path, text=TOY, name="toy.yaml"):
     return path
 
 
-def test_validate_prints_the_plan(tmp_path):
+def test_validate_prints_the_plan(tmp_path, run_cli):
     spec = write(tmp_path)
     ray_tmp = tmp_path / "ray_tmp"  # where a Ray started by this process would make its session folder
     ray_tmp.mkdir()
@@ -52,7 +53,7 @@ def test_validate_prints_the_plan(tmp_path):
     assert not any(ray_tmp.iterdir()), "validate starts no Ray"
 
 
-def test_validate_grid_plan_and_gpu_packing(tmp_path):
+def test_validate_grid_plan_and_gpu_packing(tmp_path, run_cli):
     spec = write(tmp_path, TOY.replace("resources: {cpu: 1}", "resources: {cpu: 0.5, gpu: 0.5}").replace(
         "x: {type: uniform, low: 0, high: 1}", "x: {type: grid, values: [0.1, 0.5, 0.9]}"))
     proc = run_cli("validate", spec, "--num-cpus", "2", "--num-gpus", "2")
@@ -61,7 +62,7 @@ def test_validate_grid_plan_and_gpu_packing(tmp_path):
     assert "fit:        4 trials at a time" in proc.stdout
 
 
-def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(tmp_path):
+def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(tmp_path, run_cli):
     spec = write(tmp_path, TOY.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}")
                  .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
                           "scheduler: {type: hyperband, max_t: 3}"))
@@ -72,7 +73,7 @@ def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(tmp_path):
     assert "fit:        2 trials at a time" in two.stdout and "note:" not in two.stdout
 
 
-def test_dry_run_is_validate(tmp_path):
+def test_dry_run_is_validate(tmp_path, run_cli):
     spec = write(tmp_path)
     a = run_cli("validate", spec, "--num-cpus", "2")
     b = run_cli("run", spec, "--dry-run", "--num-cpus", "2")
@@ -100,7 +101,7 @@ GOLDEN = [
 
 
 @pytest.mark.parametrize("old,new,expected", GOLDEN, ids=[g[1] for g in GOLDEN])
-def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected):
+def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected, run_cli):
     assert old in TOY
     spec = write(tmp_path, TOY.replace(old, new))
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs", timeout=60)
@@ -112,7 +113,7 @@ def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected):
     assert not (tmp_path / "runs").exists(), "nothing is written for bad input"
 
 
-def test_bad_spec_corpus_through_the_cli(tmp_path):
+def test_bad_spec_corpus_through_the_cli(tmp_path, run_cli):
     """A sample of the golden corpus gives the same text through the CLI, exit 2, no Ray."""
     for name in ["duplicate_key", "python_object_tag", "bohb_with_asha", "grace_above_max_t", "binary_junk",
                  "empty_file", "name_traversal", "yaml_syntax"]:
@@ -123,14 +124,14 @@ def test_bad_spec_corpus_through_the_cli(tmp_path):
         assert proc.stderr == "tuner: error: " + (ROOT / rel).with_suffix(".err").read_text(), name
 
 
-def test_missing_spec_file(tmp_path):
+def test_missing_spec_file(tmp_path, run_cli):
     proc = run_cli("validate", tmp_path / "nope.yaml")
     assert proc.returncode == 2
     assert proc.stderr == (f"tuner: error: {tmp_path / 'nope.yaml'}: spec file not found; give the path of a "
                            "YAML spec, e.g. search_spaces/mnist_asha.yaml.\n")
 
 
-def test_traceback_only_with_tuner_debug(tmp_path):
+def test_traceback_only_with_tuner_debug(tmp_path, run_cli):
     spec = write(tmp_path, TOY.replace("num_samples: 4", "num_samples: 0"))
     quiet = run_cli("validate", spec)
     loud = run_cli("validate", spec, env={"TUNER_DEBUG": "1"})
@@ -138,19 +139,19 @@ def test_traceback_only_with_tuner_debug(tmp_path):
     assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
 
 
-def test_usage_error_exits_2():
+def test_usage_error_exits_2(run_cli):
     proc = run_cli("run")
     assert proc.returncode == 2 and "Missing argument 'SPEC'" in proc.stderr
 
 
-def test_set_overrides(tmp_path):
+def test_set_overrides(tmp_path, run_cli):
     spec = write(tmp_path)
     proc = run_cli("validate", spec, "--num-cpus", "2", "--set", "scheduler.max_t=9", "--set", "num_samples=2")
     assert proc.returncode == 0, proc.stderr
     assert "max_t 9 iterations" in proc.stdout and "trials:     2 (2 samples)" in proc.stdout
 
 
-def test_run_end_to_end(tmp_path):
+def test_run_end_to_end(tmp_path, run_cli):
     spec = write(tmp_path)
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     out = proc.stdout
@@ -172,7 +173,7 @@ def test_run_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("search,scheduler", [("bohb", "{type: bohb, max_t: 3, reduction_factor: 3}"),
                                               ("optuna", "{type: asha, max_t: 3, grace_period: 1}")])
-def test_model_based_searchers_leave_stderr_empty(tmp_path, search, scheduler):
+def test_model_based_searchers_leave_stderr_empty(tmp_path, search, scheduler, run_cli):
     """No library warning reaches the console (statsmodels' FutureWarning under BOHB did,
     once its KDE model is fit: enough trials for that)."""
     spec = tmp_path / "s.yaml"
@@ -197,7 +198,7 @@ ELAPSED = re.compile(r"^Progress: (\d+)/6 trials done(?: \((\d+) errored\))? \| 
                      r"(?:best trial (?P<trial>\S+), last loss=(?P<value>\S+)|no loss reported yet)$")
 
 
-def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path):
+def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, run_cli):
     """Exit 1 naming the errored trials. On the console (the classic CLIReporter through a real
     `tuner run`), the table's `Current best trial` and the progress line under it name the same
     trial, never an errored one though errored trials have better last values (the rule of
@@ -291,7 +292,7 @@ def test_file_path_trainable_and_console_script(tmp_path):
     assert len(df) == 6 and set(df["status"]) == {"TERMINATED"}
 
 
-def test_ctrl_c_exits_130_with_partial_results(tmp_path):
+def test_ctrl_c_exits_130_with_partial_results(tmp_path, run_cli):
     """SIGINT (Ctrl-C) stops the run cleanly: exit 130, the results so far are written; `tuner list`
     says interrupted."""
     import os
@@ -324,7 +325,7 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path):
     assert listed.stdout.splitlines()[1].split()[:3] == ["toy", "interrupted", "4"]
 
 
-def test_first_trial_error_aborts_with_traceback(tmp_path):
+def test_first_trial_error_aborts_with_traceback(tmp_path, run_cli):
     """A bug that fails the first trial before any result stops the run, instead of burning the budget."""
     spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
                  .replace("num_samples: 4", "num_samples: 20"))
@@ -340,7 +341,7 @@ def test_first_trial_error_aborts_with_traceback(tmp_path):
     assert summary["trials"]["by_status"].get("ERROR", 0) <= 2, "at most the trials already running fail"
 
 
-def test_first_error_abort_can_be_turned_off(tmp_path):
+def test_first_error_abort_can_be_turned_off(tmp_path, run_cli):
     spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
                  + "failure: {abort_on_first_error: false}\n")
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
@@ -373,7 +374,7 @@ def test_whole_bad_spec_corpus_exits_2_without_ray(tmp_path):
         assert not (tmp_path / "runs").exists(), rel
 
 
-def test_secrets_in_the_environment_never_reach_files_or_console(tmp_path):
+def test_secrets_in_the_environment_never_reach_files_or_console(tmp_path, run_cli):
     secret = "wandb-secret-value-7f3a9c"
     spec = write(tmp_path)
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs",
@@ -406,7 +407,7 @@ HOSTILE = [  # (what, spec, extra arguments, the error's first words after "tune
 
 @pytest.mark.parametrize("command", ["validate", "run"])
 @pytest.mark.parametrize("what,spec,extra,head", HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, command, what, spec, extra, head):
+def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, command, what, spec, extra, head, run_cli):
     """A billion laughs, deep nesting, a YAML boolean for a number: exit 2 under a 1.5 GB address-space limit,
     the golden paragraph on stderr, nothing on stdout, nothing written (the timeout only guards against a hang)."""
     proc = run_cli(command, spec, "--storage", tmp_path / "runs", *extra, timeout=60,
@@ -422,7 +423,7 @@ def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, com
     assert not (tmp_path / "runs").exists(), "nothing is written for bad input"
 
 
-def test_set_errors_come_from_the_command_line(tmp_path):
+def test_set_errors_come_from_the_command_line(tmp_path, run_cli):
     spec = write(tmp_path)
     typo = run_cli("validate", spec, "--set", "param_space.xx.low=0.5", timeout=60)
     assert typo.returncode == 2 and typo.stderr == (

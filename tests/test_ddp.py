@@ -5,7 +5,6 @@ import json
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli
 from tuner import tune_model
 from tuner.spec import load_spec
 
@@ -53,7 +52,7 @@ def test_ddp_worker_crash_resumes_from_checkpoint_on_all_ranks(ray_local, tmp_pa
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
 
 
-def test_ddp_plan(tmp_path):
+def test_ddp_plan(tmp_path, run_cli):
     (tmp_path / "s.yaml").write_text(
         "trainable: tests.trainables:ddp_probe\nresources: {workers: 2, cpu_per_worker: 1}\n")
     proc = run_cli("validate", tmp_path / "s.yaml", "--num-cpus", "4")
@@ -65,7 +64,7 @@ def test_ddp_plan(tmp_path):
     assert "resources.cpu_per_worker: one trial asks for 2 workers x 1 CPU, but this machine" in proc.stderr
 
 
-def test_logical_gpus_pack_four_trials_without_oversubscription(tmp_path):
+def test_logical_gpus_pack_four_trials_without_oversubscription(tmp_path, run_cli):
     """--num-gpus 2 with gpu: 0.5 runs 4 trials at once, each on its assigned GPU."""
     (tmp_path / "g.yaml").write_text("""\
 name: gpus
@@ -116,7 +115,7 @@ def test_oom_backoff_spec_errors():
 
 
 @pytest.mark.slow
-def test_mnist_ddp_spec_runs(tmp_path):
+def test_mnist_ddp_spec_runs(tmp_path, run_cli):
     proc = run_cli("run", "search_spaces/mnist_ddp.yaml", "--storage", tmp_path, "--num-samples", "1",
                    "--set", "param_space.epochs=1", "--set", "param_space.limit_train=800", timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
@@ -141,7 +140,7 @@ def test_no_gpu_metrics_on_cpu():
 
 
 @pytest.mark.slow
-def test_ddp_trials_stopped_by_asha_release_their_workers(tmp_path):
+def test_ddp_trials_stopped_by_asha_release_their_workers(tmp_path, run_cli):
     """ASHA stops DDP trials early; their worker groups' CPUs are freed, so later trials run."""
     (tmp_path / "a.yaml").write_text("""\
 name: asha-ddp

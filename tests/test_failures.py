@@ -10,7 +10,7 @@ import time
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner.failures import ExperimentLock, ExperimentLocked
 
 HOLD = "import sys, time; from tuner.failures import ExperimentLock\n" \
@@ -87,7 +87,7 @@ def results_in(exp):
 
 
 @pytest.mark.slow
-def test_lock_refuses_a_resume_during_a_run_and_the_second_of_two_resumes(tmp_path):
+def test_lock_refuses_a_resume_during_a_run_and_the_second_of_two_resumes(tmp_path, run_cli):
     spec = tmp_path / "steady.yaml"
     spec.write_text(STEADY)
     exp = tmp_path / "runs" / "steady"

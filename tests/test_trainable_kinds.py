@@ -228,11 +228,9 @@ def test_class_trainable_from_yaml_survives_a_killed_driver(tmp_path):
     assert any(r["restored_from"] > 0 for rs in trials.values() for r in rs), "a trial went on from a checkpoint"
 
 
-def test_class_refusal_through_the_cli_names_the_line(tmp_path):
+def test_class_refusal_through_the_cli_names_the_line(tmp_path, run_cli):
     """`tuner validate` of a YAML spec asking a class trainable for DDP workers: exit 2, the
     field's file:line:col and why, nothing started."""
-    from tests.conftest import run_cli
-
     spec_file = tmp_path / "ddp.yaml"
     spec_file.write_text(CLASS_SPEC.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}"))
     proc = run_cli("validate", spec_file, "--num-cpus", "2")
