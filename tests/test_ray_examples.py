@@ -4,13 +4,12 @@ was written for; sizes shrink through the same overrides a user has (tune_model 
 --set)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.fixtures.paths import ROOT
 from tuner import tune_model
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "search_spaces" / "ray_examples"
 
 # spec file -> (overrides that keep the run small, the kind of trainable it is)
