@@ -98,7 +98,7 @@ def readme_defaults(table: str) -> dict[str, dict[str, str]]:
     shown as ``name`` (default)); a row that says "as `other`" takes the other row's defaults."""
     import re
 
-    from tests.conftest import ROOT
+    from tests.fixtures.paths import ROOT
 
     readme = (ROOT / "README.md").read_text()
     section = readme.split(f"### {table}\n", 1)[1].split("\n### ", 1)[0]

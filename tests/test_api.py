@@ -8,25 +8,23 @@ import textwrap
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner import tune_model
 from tuner.errors import TrialError
 from tuner.spec import SpecError
 
 
-def spec(tmp_path, **kw):
-    out = {"name": "api", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
-           "num_samples": 2, "seed": 0, "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 2},
-           "reporting": {"cli": False, "tensorboard": False}, "storage": str(tmp_path)}
-    out.update(kw)
-    return out
+# The specs of this file: make_spec(API, **overrides), stored in the test's tmp_path.
+API = {"name": "api", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
+       "num_samples": 2, "seed": 0, "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 2},
+       "reporting": {"cli": False, "tensorboard": False}}
 
 
-def test_first_trial_bug_raises_trial_error_with_the_traceback(ray_local, tmp_path):
+def test_first_trial_bug_raises_trial_error_with_the_traceback(ray_local, tmp_path, make_spec):
     """Where `tuner run` exits 1 with the user's traceback, tune_model raises TrialError, the
     trial's own error chained, and the experiment's files are written."""
     with pytest.raises(TrialError) as info:
-        tune_model(spec(tmp_path, trainable="tests.trainables:typo", num_samples=3))
+        tune_model(make_spec(API, trainable="tests.trainables:typo", num_samples=3))
     err = info.value
     assert "the first trial" in str(err) and "KeyError: 'learning_rate'" in str(err)
     assert 'return config["learning_rate"]' in err.traceback, err.traceback
@@ -35,14 +33,14 @@ def test_first_trial_bug_raises_trial_error_with_the_traceback(ray_local, tmp_pa
     assert (tmp_path / "api" / "summary.json").is_file() and err.path.startswith(str(tmp_path / "api"))
 
 
-def test_errored_trials_are_in_the_result_and_logged(ray_local, tmp_path):
+def test_errored_trials_are_in_the_result_and_logged(ray_local, make_spec):
     """Some trials errored, the run went on: TuneResult.errors names them and a warning is logged."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = records.append
     logging.getLogger("tuner").addHandler(handler)
     try:
-        result = tune_model(spec(tmp_path, trainable="tests.trainables:fails_for_large_x", num_samples=6))
+        result = tune_model(make_spec(API, trainable="tests.trainables:fails_for_large_x", num_samples=6))
     finally:
         logging.getLogger("tuner").removeHandler(handler)
     errored = result.dataframe.loc[result.dataframe["status"] == "ERROR", "trial_id"]
@@ -53,21 +51,21 @@ def test_errored_trials_are_in_the_result_and_logged(ray_local, tmp_path):
     assert result.best_config["x"] <= 0.5
 
 
-def test_a_second_run_gets_a_fresh_folder_and_an_explicit_name_is_refused(ray_local, tmp_path):
+def test_a_second_run_gets_a_fresh_folder_and_an_explicit_name_is_refused(ray_local, tmp_path, make_spec):
     """As Ray Tune does, a run whose experiment folder exists goes to a fresh one (name-2, -3);
     a name given explicitly (--name, tune_model(name=...)) that exists is refused."""
-    first = tune_model(spec(tmp_path))
-    second = tune_model(spec(tmp_path))
-    third = tune_model(spec(tmp_path))
+    first = tune_model(make_spec(API))
+    second = tune_model(make_spec(API))
+    third = tune_model(make_spec(API))
     assert [r.experiment_path for r in (first, second, third)] == \
         [str(tmp_path / n) for n in ("api", "api-2", "api-3")]
     assert third.summary["name"] == "api-3"
     with pytest.raises(SpecError, match=r"name: the experiment folder .*/api already exists; choose another name "
                                         r"\(--name NAME\), remove that folder, or continue it with `tuner resume "):
-        tune_model(spec(tmp_path), name="api")
+        tune_model(make_spec(API), name="api")
 
 
-def test_validate_notes_the_fresh_folder_and_run_refuses_an_existing_name(tmp_path):
+def test_validate_notes_the_fresh_folder_and_run_refuses_an_existing_name(tmp_path, run_cli):
     """`tuner validate` tells where a run would go when the folder exists (a note, not an error);
     `tuner run --name` of an existing folder exits 2."""
     spec_file = tmp_path / "s.yaml"
@@ -83,7 +81,7 @@ def test_validate_notes_the_fresh_folder_and_run_refuses_an_existing_name(tmp_pa
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["again"], "nothing else was written"
 
 
-def test_shipped_specs_validate_from_another_folder(tmp_path):
+def test_shipped_specs_validate_from_another_folder(tmp_path, run_cli):
     """A spec's trainable is found relative to the spec file, not only the working directory."""
     for rel in ("search_spaces/mnist_grid.yaml", "search_spaces/cifar_tutorial.yaml"):
         proc = run_cli("validate", ROOT / rel, cwd=tmp_path)
@@ -149,10 +147,10 @@ def test_inside_the_users_own_ray_session_with_a_package_only_it_can_import(tmp_
     assert float(lines[1].split()[-1]) >= 10.0, "with_parameters passed offset=10"
 
 
-def test_a_short_run_prints_its_table_and_the_scheduler_line_once(ray_local, tmp_path, capfd):
+def test_a_short_run_prints_its_table_and_the_scheduler_line_once(ray_local, make_spec, capfd):
     """The first table comes one period after the start, not at once with every trial PENDING:
     a run shorter than reporting.cli.max_report_frequency (10 s) prints one table, at its end."""
-    result = tune_model(spec(tmp_path, reporting={"cli": {"max_report_frequency": 30}, "tensorboard": False}))
+    result = tune_model(make_spec(API, reporting={"cli": {"max_report_frequency": 30}, "tensorboard": False}))
     out = capfd.readouterr().out
     assert out.count("== Status ==") == 1, out
     assert out.count("Using FIFO scheduling algorithm.") == 1, out

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.fixtures.paths import ROOT
 
 
 def _bench(*args, timeout=600):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner import tune_model
 from tuner.best import best, has_result, ranked
 from tuner.errors import TunerError
@@ -115,7 +115,7 @@ def test_errored_trials_sort_after_every_trial_with_a_result(errored):
     assert [r[1] for r in rows[1:]] == list(csv["status"].iloc[1:])
 
 
-def test_list_names_finished_with_errors_and_aborted(errored):
+def test_list_names_finished_with_errors_and_aborted(errored, run_cli):
     """`tuner list`: an experiment whose trials errored, and one stopped by the first trial's bug."""
     storage, result = errored
     try:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, console_reports, run_cli
+from tests.fixtures.paths import ROOT
+from tests.fixtures.console import console_reports
 
 TOY = """\
 name: toy
@@ -27,14 +28,8 @@ reporting: {cli: {metric_columns: [loss], max_report_frequency: 1}, tensorboard:
 """
 
 
-def write(tmp_path, text=TOY, name="toy.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def test_validate_prints_the_plan(tmp_path):
-    spec = write(tmp_path)
+def test_validate_prints_the_plan(tmp_path, run_cli, make_spec):
+    spec = make_spec(TOY, file="toy.yaml")
     ray_tmp = tmp_path / "ray_tmp"  # where a Ray started by this process would make its session folder
     ray_tmp.mkdir()
     proc = run_cli("validate", spec, "--num-cpus", "2", "--storage", tmp_path / "runs",
@@ -52,19 +47,19 @@ def test_validate_prints_the_plan(tmp_path):
     assert not any(ray_tmp.iterdir()), "validate starts no Ray"
 
 
-def test_validate_grid_plan_and_gpu_packing(tmp_path):
-    spec = write(tmp_path, TOY.replace("resources: {cpu: 1}", "resources: {cpu: 0.5, gpu: 0.5}").replace(
-        "x: {type: uniform, low: 0, high: 1}", "x: {type: grid, values: [0.1, 0.5, 0.9]}"))
+def test_validate_grid_plan_and_gpu_packing(make_spec, run_cli):
+    spec = make_spec(TOY.replace("resources: {cpu: 1}", "resources: {cpu: 0.5, gpu: 0.5}").replace(
+        "x: {type: uniform, low: 0, high: 1}", "x: {type: grid, values: [0.1, 0.5, 0.9]}"), file="toy.yaml")
     proc = run_cli("validate", spec, "--num-cpus", "2", "--num-gpus", "2")
     assert proc.returncode == 0, proc.stderr
     assert "trials:     12 (3 grid points x 4 repeats)" in proc.stdout
     assert "fit:        4 trials at a time" in proc.stdout
 
 
-def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(tmp_path):
-    spec = write(tmp_path, TOY.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}")
-                 .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
-                          "scheduler: {type: hyperband, max_t: 3}"))
+def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(make_spec, run_cli):
+    spec = make_spec(TOY.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}")
+                     .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
+                              "scheduler: {type: hyperband, max_t: 3}"), file="toy.yaml")
     one = run_cli("validate", spec, "--num-cpus", "2")
     assert one.returncode == 0, one.stderr
     assert "fit:        1 trial at a time\nnote:       scheduler hyperband will stop no trial early here" in one.stdout
@@ -72,8 +67,8 @@ def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(tmp_path):
     assert "fit:        2 trials at a time" in two.stdout and "note:" not in two.stdout
 
 
-def test_dry_run_is_validate(tmp_path):
-    spec = write(tmp_path)
+def test_dry_run_is_validate(make_spec, run_cli):
+    spec = make_spec(TOY, file="toy.yaml")
     a = run_cli("validate", spec, "--num-cpus", "2")
     b = run_cli("run", spec, "--dry-run", "--num-cpus", "2")
     assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
@@ -100,9 +95,9 @@ GOLDEN = [
 
 
 @pytest.mark.parametrize("old,new,expected", GOLDEN, ids=[g[1] for g in GOLDEN])
-def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected):
+def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected, run_cli, make_spec):
     assert old in TOY
-    spec = write(tmp_path, TOY.replace(old, new))
+    spec = make_spec(TOY.replace(old, new), file="toy.yaml")
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs", timeout=60)
     assert proc.returncode == 2
     message = expected.format(f=spec, cwd=ROOT, d=tmp_path)
@@ -112,7 +107,7 @@ def test_bad_input_exits_2_with_golden_message(tmp_path, old, new, expected):
     assert not (tmp_path / "runs").exists(), "nothing is written for bad input"
 
 
-def test_bad_spec_corpus_through_the_cli(tmp_path):
+def test_bad_spec_corpus_through_the_cli(tmp_path, run_cli):
     """A sample of the golden corpus gives the same text through the CLI, exit 2, no Ray."""
     for name in ["duplicate_key", "python_object_tag", "bohb_with_asha", "grace_above_max_t", "binary_junk",
                  "empty_file", "name_traversal", "yaml_syntax"]:
@@ -123,35 +118,35 @@ def test_bad_spec_corpus_through_the_cli(tmp_path):
         assert proc.stderr == "tuner: error: " + (ROOT / rel).with_suffix(".err").read_text(), name
 
 
-def test_missing_spec_file(tmp_path):
+def test_missing_spec_file(tmp_path, run_cli):
     proc = run_cli("validate", tmp_path / "nope.yaml")
     assert proc.returncode == 2
     assert proc.stderr == (f"tuner: error: {tmp_path / 'nope.yaml'}: spec file not found; give the path of a "
                            "YAML spec, e.g. search_spaces/mnist_asha.yaml.\n")
 
 
-def test_traceback_only_with_tuner_debug(tmp_path):
-    spec = write(tmp_path, TOY.replace("num_samples: 4", "num_samples: 0"))
+def test_traceback_only_with_tuner_debug(make_spec, run_cli):
+    spec = make_spec(TOY.replace("num_samples: 4", "num_samples: 0"), file="toy.yaml")
     quiet = run_cli("validate", spec)
     loud = run_cli("validate", spec, env={"TUNER_DEBUG": "1"})
     assert quiet.returncode == loud.returncode == 2
     assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
 
 
-def test_usage_error_exits_2():
+def test_usage_error_exits_2(run_cli):
     proc = run_cli("run")
     assert proc.returncode == 2 and "Missing argument 'SPEC'" in proc.stderr
 
 
-def test_set_overrides(tmp_path):
-    spec = write(tmp_path)
+def test_set_overrides(make_spec, run_cli):
+    spec = make_spec(TOY, file="toy.yaml")
     proc = run_cli("validate", spec, "--num-cpus", "2", "--set", "scheduler.max_t=9", "--set", "num_samples=2")
     assert proc.returncode == 0, proc.stderr
     assert "max_t 9 iterations" in proc.stdout and "trials:     2 (2 samples)" in proc.stdout
 
 
-def test_run_end_to_end(tmp_path):
-    spec = write(tmp_path)
+def test_run_end_to_end(tmp_path, run_cli, make_spec):
+    spec = make_spec(TOY, file="toy.yaml")
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr + out
@@ -172,7 +167,7 @@ def test_run_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("search,scheduler", [("bohb", "{type: bohb, max_t: 3, reduction_factor: 3}"),
                                               ("optuna", "{type: asha, max_t: 3, grace_period: 1}")])
-def test_model_based_searchers_leave_stderr_empty(tmp_path, search, scheduler):
+def test_model_based_searchers_leave_stderr_empty(tmp_path, search, scheduler, run_cli):
     """No library warning reaches the console (statsmodels' FutureWarning under BOHB did,
     once its KDE model is fit: enough trials for that)."""
     spec = tmp_path / "s.yaml"
@@ -197,16 +192,16 @@ ELAPSED = re.compile(r"^Progress: (\d+)/6 trials done(?: \((\d+) errored\))? \| 
                      r"(?:best trial (?P<trial>\S+), last loss=(?P<value>\S+)|no loss reported yet)$")
 
 
-def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path):
+def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, run_cli, make_spec):
     """Exit 1 naming the errored trials. On the console (the classic CLIReporter through a real
     `tuner run`), the table's `Current best trial` and the progress line under it name the same
     trial, never an errored one though errored trials have better last values (the rule of
     summary.json), both label the value `last`, and the folder line is the experiment's, not
     Ray's staging folder under /tmp/ray. Without time_budget_s the line shows the seconds elapsed."""
-    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:fails_for_large_x")
-                 .replace("num_samples: 4", "num_samples: 6")
-                 .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
-                          "scheduler: {type: fifo}"))  # ASHA could stop the failing trials first
+    spec = make_spec(TOY.replace("tests.trainables:quadratic", "tests.trainables:fails_for_large_x")
+                     .replace("num_samples: 4", "num_samples: 6")
+                     .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
+                              "scheduler: {type: fifo}"), file="toy.yaml")  # ASHA could stop the failing trials first
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs", env={"RAY_AIR_NEW_OUTPUT": "0"})
     assert proc.returncode == 1, proc.stderr
     exp = tmp_path / "runs" / "toy"
@@ -244,14 +239,14 @@ def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path):
     assert min(errored_values) < best["metrics"]["loss"], "an errored trial had a better last value (Ray's pick)"
 
 
-def test_file_path_trainable_runs_and_the_console_script_validates(ray_local, tmp_path):
+def test_file_path_trainable_runs_and_the_console_script_validates(ray_local, tmp_path, make_spec):
     """`path/to/file.py:function`, relative to the spec's folder, runs (the fast subset's share of the
     slow test below); the `tuner` console script is installed and reads the spec."""
     from tuner import tune_model
 
     (tmp_path / "mytrain.py").write_text(
         "from tuner import trial\n\ndef train(config):\n    trial.report({'loss': config['x']})\n")
-    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "mytrain.py:train"))
+    spec = make_spec(TOY.replace("tests.trainables:quadratic", "mytrain.py:train"), file="toy.yaml")
     result = tune_model(spec, storage=str(tmp_path / "runs"), reporting={"cli": False})
     assert len(result.dataframe) == 4 and set(result.dataframe["status"]) == {"TERMINATED"}
     assert result.best_metrics["loss"] == pytest.approx(result.best_config["x"])
@@ -266,12 +261,12 @@ def test_file_path_trainable_runs_and_the_console_script_validates(ray_local, tm
 
 
 @pytest.mark.slow
-def test_file_path_trainable_and_console_script(tmp_path):
+def test_file_path_trainable_and_console_script(tmp_path, make_spec):
     """`path/to/file.py:function` works, relative to the spec's folder, through the `tuner` script,
     and a resume with more trials ships the file's module to the new trials' workers."""
     (tmp_path / "mytrain.py").write_text(
         "from tuner import trial\n\ndef train(config):\n    trial.report({'loss': config['x']})\n")
-    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "mytrain.py:train"))
+    spec = make_spec(TOY.replace("tests.trainables:quadratic", "mytrain.py:train"), file="toy.yaml")
     exe = shutil.which("tuner", path=str(Path(sys.executable).parent))
     assert exe, "the tuner console script is installed"
     import subprocess
@@ -291,7 +286,7 @@ def test_file_path_trainable_and_console_script(tmp_path):
     assert len(df) == 6 and set(df["status"]) == {"TERMINATED"}
 
 
-def test_ctrl_c_exits_130_with_partial_results(tmp_path):
+def test_ctrl_c_exits_130_with_partial_results(tmp_path, run_cli, make_spec):
     """SIGINT (Ctrl-C) stops the run cleanly: exit 130, the results so far are written; `tuner list`
     says interrupted."""
     import os
@@ -299,8 +294,8 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path):
     import subprocess
     import time
 
-    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:slow")
-                 .replace("epochs: 3", "epochs: 200").replace("max_t: 3", "max_t: 200"))
+    spec = make_spec(TOY.replace("tests.trainables:quadratic", "tests.trainables:slow")
+                     .replace("epochs: 3", "epochs: 200").replace("max_t: 3", "max_t: 200"), file="toy.yaml")
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2",
                              "--storage", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -324,10 +319,10 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path):
     assert listed.stdout.splitlines()[1].split()[:3] == ["toy", "interrupted", "4"]
 
 
-def test_first_trial_error_aborts_with_traceback(tmp_path):
+def test_first_trial_error_aborts_with_traceback(tmp_path, run_cli, make_spec):
     """A bug that fails the first trial before any result stops the run, instead of burning the budget."""
-    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
-                 .replace("num_samples: 4", "num_samples: 20"))
+    spec = make_spec(TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
+                     .replace("num_samples: 4", "num_samples: 20"), file="toy.yaml")
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     assert proc.returncode == 1
     assert "failed before any trial reported a result, so the experiment stopped" in proc.stderr
@@ -340,9 +335,9 @@ def test_first_trial_error_aborts_with_traceback(tmp_path):
     assert summary["trials"]["by_status"].get("ERROR", 0) <= 2, "at most the trials already running fail"
 
 
-def test_first_error_abort_can_be_turned_off(tmp_path):
-    spec = write(tmp_path, TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
-                 + "failure: {abort_on_first_error: false}\n")
+def test_first_error_abort_can_be_turned_off(tmp_path, run_cli, make_spec):
+    spec = make_spec(TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
+                     + "failure: {abort_on_first_error: false}\n", file="toy.yaml")
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     assert proc.returncode == 1
     summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
@@ -373,9 +368,9 @@ def test_whole_bad_spec_corpus_exits_2_without_ray(tmp_path):
         assert not (tmp_path / "runs").exists(), rel
 
 
-def test_secrets_in_the_environment_never_reach_files_or_console(tmp_path):
+def test_secrets_in_the_environment_never_reach_files_or_console(tmp_path, run_cli, make_spec):
     secret = "wandb-secret-value-7f3a9c"
-    spec = write(tmp_path)
+    spec = make_spec(TOY, file="toy.yaml")
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs",
                    env={"WANDB_API_KEY": secret, "MY_TOKEN": secret})
     assert proc.returncode == 0, proc.stderr
@@ -406,7 +401,7 @@ HOSTILE = [  # (what, spec, extra arguments, the error's first words after "tune
 
 @pytest.mark.parametrize("command", ["validate", "run"])
 @pytest.mark.parametrize("what,spec,extra,head", HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, command, what, spec, extra, head):
+def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, command, what, spec, extra, head, run_cli):
     """A billion laughs, deep nesting, a YAML boolean for a number: exit 2 under a 1.5 GB address-space limit,
     the golden paragraph on stderr, nothing on stdout, nothing written (the timeout only guards against a hang)."""
     proc = run_cli(command, spec, "--storage", tmp_path / "runs", *extra, timeout=60,
@@ -422,8 +417,8 @@ def test_hostile_specs_exit_2_with_one_paragraph_in_bounded_memory(tmp_path, com
     assert not (tmp_path / "runs").exists(), "nothing is written for bad input"
 
 
-def test_set_errors_come_from_the_command_line(tmp_path):
-    spec = write(tmp_path)
+def test_set_errors_come_from_the_command_line(tmp_path, run_cli, make_spec):
+    spec = make_spec(TOY, file="toy.yaml")
     typo = run_cli("validate", spec, "--set", "param_space.xx.low=0.5", timeout=60)
     assert typo.returncode == 2 and typo.stderr == (
         "tuner: error: --set param_space.xx.low=0.5: param_space.xx: param_space has no key 'xx'; did you mean 'x'? "

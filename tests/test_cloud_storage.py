@@ -13,8 +13,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import run_cli
-
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_cloud_storage")
 
@@ -84,7 +82,7 @@ def _read(fs, path) -> str:
 
 
 @pytest.mark.slow
-def test_s3_storage_run_resume_report_list(s3, tmp_path):
+def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli):
     """Each trial's process dies once and the trial goes on from its checkpoint in the bucket."""
     storage, env, fs = s3
     spec = tmp_path / "cloud.yaml"
@@ -143,7 +141,7 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path):
     assert "cloud" in listed.stdout
 
 
-def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path):
+def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path, run_cli):
     from tuner.storage import join, mirror_dir
 
     _, env, _ = s3
@@ -174,7 +172,7 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
 
 
 @pytest.mark.slow
-def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path):
+def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli):
     """A DDP trial's Ray Train run keeps its checkpoints in the bucket, under the trial's folder,
     and after a worker crash both ranks go on from the checkpoint there."""
     storage, env, fs = s3

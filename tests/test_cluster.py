@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_cluster")]
@@ -154,7 +154,7 @@ def write_spec(folder: Path, name: str, num_samples=4, epochs=2, sleep=1.0) -> P
     return spec
 
 
-def test_run_with_address_uses_both_nodes(cluster, tmp_path):
+def test_run_with_address_uses_both_nodes(cluster, tmp_path, run_cli):
     spec = write_spec(tmp_path, "on-cluster")
     env = client_env(cluster)
     plan = run_cli("validate", spec, "--address", cluster["address"], env=env)
@@ -181,7 +181,7 @@ def _trial_nodes(exp: Path) -> set[str]:
     return {row["node"] for f in exp.glob("*/result.json") for row in _whole_rows(f)}
 
 
-def test_ray_address_the_spec_and_auto_reach_the_cluster_in_their_order(cluster, tmp_path):
+def test_ray_address_the_spec_and_auto_reach_the_cluster_in_their_order(cluster, tmp_path, run_cli):
     """--address > RAY_ADDRESS > ray.address in the spec, and each of them runs the trials on the cluster.
 
     In every run the addresses of lower rank name ports where nothing listens, so a run
@@ -236,7 +236,7 @@ def _job_ids(cluster) -> set[str]:
     return set(json.loads(proc.stdout.splitlines()[-1]))
 
 
-def test_submit_refuses_a_job_that_would_fail_and_submits_nothing(cluster, tmp_path):
+def test_submit_refuses_a_job_that_would_fail_and_submits_nothing(cluster, tmp_path, run_cli):
     env = client_env(cluster)
     dash = cluster["dashboard"]
     good = ROOT / "tests" / "specs" / "cluster_steady.yaml"
@@ -319,7 +319,7 @@ reporting: {cli: false}
 """
 
 
-def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_path):
+def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_path, run_cli):
     """One job shows three things of `tuner submit`.
 
     * A spec outside ``--working-dir`` travels with the job, and its relative trainable
@@ -374,7 +374,7 @@ def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_
     assert list(df["status"]) == ["TERMINATED"] and list(df["probe"]) == [42], df.to_dict("records")
 
 
-def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_path):
+def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_path, run_cli):
     specs = ROOT / "tests" / "specs"
     storage = f"file://{tmp_path / 'shared'}"
     proc = run_cli("submit", specs / "cluster_steady.yaml", "--address", cluster["dashboard"],
@@ -414,7 +414,7 @@ def _whole_rows(path: Path) -> list[dict]:
     return rows
 
 
-def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path):
+def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli):
     """A node dies under a trial mid-way: the trial goes on elsewhere from its checkpoint.
 
     The trial on the extra node stops for good after 2 epochs (tests.cluster_trainables:

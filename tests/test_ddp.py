@@ -5,35 +5,32 @@ import json
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner import tune_model
 from tuner.spec import load_spec
 
 
-def spec(tmp_path, **kw):
-    out = {
-        "name": "ddp",
-        "trainable": "tests.trainables:ddp_probe",
-        "metric": "loss",
-        "mode": "min",
-        "num_samples": 1,
-        "param_space": {"x": 0.5, "epochs": 2},
-        "resources": {"workers": 2, "cpu_per_worker": 1},
-        "reporting": {"cli": False, "tensorboard": False},
-        "storage": str(tmp_path),
-    }
-    out.update(kw)
-    return out
+# The specs of this file: make_spec(DDP, **overrides), stored in the test's tmp_path.
+DDP = {
+    "name": "ddp",
+    "trainable": "tests.trainables:ddp_probe",
+    "metric": "loss",
+    "mode": "min",
+    "num_samples": 1,
+    "param_space": {"x": 0.5, "epochs": 2},
+    "resources": {"workers": 2, "cpu_per_worker": 1},
+    "reporting": {"cli": False, "tensorboard": False},
+}
 
 
 @pytest.mark.slow
-def test_ddp_trial_with_two_gloo_workers_resumes_a_worker_crash_from_checkpoint_on_all_ranks(ray_local, tmp_path):
+def test_ddp_trial_with_two_gloo_workers_resumes_a_worker_crash_from_checkpoint_on_all_ranks(ray_local, tmp_path, make_spec):
     """One DDP trial (one worker group start-up serves both checks): rank 0 reports what the two ranks
     saw, and after a worker crash at epoch 0 both ranks go on from the checkpoint of epoch 0."""
     marker = tmp_path / "crashed-once"
-    result = tune_model(spec(tmp_path, param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
+    result = tune_model(make_spec(DDP, param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
                                                     "fail_marker": str(marker)},
-                             failure={"max_failures": 1}))
+                                  failure={"max_failures": 1}))
     m = result.best_metrics
     assert m["world_size"] == 2 and m["rank"] == 0, "rank 0's metrics reach Tune"
     assert m["per_worker_batch"] == 4, "the global batch of 8 is split over 2 workers"
@@ -48,7 +45,7 @@ def test_ddp_trial_with_two_gloo_workers_resumes_a_worker_crash_from_checkpoint_
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
 
 
-def test_ddp_plan(tmp_path):
+def test_ddp_plan(tmp_path, run_cli):
     (tmp_path / "s.yaml").write_text(
         "trainable: tests.trainables:ddp_probe\nresources: {workers: 2, cpu_per_worker: 1}\n")
     proc = run_cli("validate", tmp_path / "s.yaml", "--num-cpus", "4")
@@ -60,7 +57,7 @@ def test_ddp_plan(tmp_path):
     assert "resources.cpu_per_worker: one trial asks for 2 workers x 1 CPU, but this machine" in proc.stderr
 
 
-def test_logical_gpus_pack_four_trials_without_oversubscription(tmp_path):
+def test_logical_gpus_pack_four_trials_without_oversubscription(tmp_path, run_cli):
     """--num-gpus 2 with gpu: 0.5 runs 4 trials at once, each on its assigned GPU."""
     (tmp_path / "g.yaml").write_text("""\
 name: gpus
@@ -89,10 +86,10 @@ reporting: {cli: false}
 
 
 @pytest.mark.parametrize("fits,expect_error", [(16, False), (4, True)])
-def test_oom_backoff_single_process(ray_local, tmp_path, fits, expect_error):
-    result = tune_model(spec(tmp_path, trainable="tests.trainables:oom_until_small",
-                             resources={"cpu": 1}, param_space={"batch_size": 64, "fits": fits},
-                             oom_backoff="batch_size", min_batch_size=8))
+def test_oom_backoff_single_process(ray_local, make_spec, fits, expect_error):
+    result = tune_model(make_spec(DDP, trainable="tests.trainables:oom_until_small",
+                                  resources={"cpu": 1}, param_space={"batch_size": 64, "fits": fits},
+                                  oom_backoff="batch_size", min_batch_size=8))
     df = result.dataframe
     if not expect_error:
         assert df.loc[0, "status"] == "TERMINATED"
@@ -119,9 +116,9 @@ def test_mnist_ddp_spec_runs(ray_local, tmp_path):
 
 
 @pytest.mark.slow
-def test_oom_backoff_ddp_restarts_the_worker_group(ray_local, tmp_path):
-    result = tune_model(spec(tmp_path, trainable="tests.trainables:ddp_oom_until_small",
-                             param_space={"batch_size": 32, "fits": 16}, oom_backoff="batch_size"))
+def test_oom_backoff_ddp_restarts_the_worker_group(ray_local, make_spec):
+    result = tune_model(make_spec(DDP, trainable="tests.trainables:ddp_oom_until_small",
+                                  param_space={"batch_size": 32, "fits": 16}, oom_backoff="batch_size"))
     m = result.best_metrics
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
     assert m["batch_size_used"] == 16 and m["batch_size_seen"] == 16

@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.conftest import ROOT
+from tests.fixtures.paths import ROOT
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner.errors import DiskFullError
 
 # 3 trials, 2 at a time: x=0.1 runs to the end; x=0.3 and x=0.4 hold before their third
@@ -89,7 +89,7 @@ def lines(folder):
 
 
 @pytest.mark.slow
-def test_a_full_disk_ends_the_run_with_one_paragraph_and_the_resume_loses_nothing(tmp_path, small_disk):
+def test_a_full_disk_ends_the_run_with_one_paragraph_and_the_resume_loses_nothing(tmp_path, small_disk, run_cli):
     go = tmp_path / "signals" / "go"
     go.parent.mkdir()
     spec = tmp_path / "full.yaml"

@@ -17,21 +17,18 @@ SPACE = {
 }
 
 
-def base(tmp_path, **kw):
-    spec = {
-        "name": "t",
-        "trainable": "tests.trainables:quadratic",
-        "metric": "loss",
-        "mode": "min",
-        "num_samples": 4,
-        "seed": 0,
-        "param_space": SPACE,
-        "resources": {"cpu": 1},
-        "reporting": {"cli": False, "tensorboard": False},
-        "storage": str(tmp_path),
-    }
-    spec.update(kw)
-    return spec
+# The specs of this file: make_spec(ENGINE, **overrides), stored in the test's tmp_path.
+ENGINE = {
+    "name": "t",
+    "trainable": "tests.trainables:quadratic",
+    "metric": "loss",
+    "mode": "min",
+    "num_samples": 4,
+    "seed": 0,
+    "param_space": SPACE,
+    "resources": {"cpu": 1},
+    "reporting": {"cli": False, "tensorboard": False},
+}
 
 
 COMBOS = [
@@ -43,15 +40,15 @@ COMBOS = [
 
 
 @pytest.mark.parametrize("algo,sched", COMBOS, ids=[f"{a}-{s}" for a, s in COMBOS])
-def test_searcher_scheduler_combinations(ray_local, tmp_path, algo, sched):
+def test_searcher_scheduler_combinations(ray_local, make_spec, algo, sched):
     scheduler = {"type": sched}
     if sched in ("asha", "hyperband", "bohb"):
         scheduler.update(max_t=4, reduction_factor=2)
     space = dict(SPACE)
     if algo == "grid":
         space["x"] = {"type": "uniform", "low": 0, "high": 1, "grid_points": 2}
-    result = tune_model(base(tmp_path, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
-                             num_samples=1 if algo == "grid" else 4))
+    result = tune_model(make_spec(ENGINE, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
+                                  num_samples=1 if algo == "grid" else 4))
     df = result.dataframe
     assert len(df) == 4
     assert set(df["status"]) == {"TERMINATED"}
@@ -66,8 +63,8 @@ def test_searcher_scheduler_combinations(ray_local, tmp_path, algo, sched):
         assert df["training_iteration"].max() == 4
 
 
-def test_result_files(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, reporting={"cli": False, "tensorboard": True}))
+def test_result_files(ray_local, tmp_path, make_spec):
+    result = tune_model(make_spec(ENGINE, reporting={"cli": False, "tensorboard": True}))
     exp = tmp_path / "t"
     assert result.experiment_path == str(exp)
     summary = json.loads((exp / "summary.json").read_text())
@@ -87,41 +84,41 @@ def test_result_files(ray_local, tmp_path):
     assert (exp / "tuner.log").exists()
 
 
-def test_same_seed_same_configs(ray_local, tmp_path):
-    a = tune_model(base(tmp_path, name="a")).dataframe
-    b = tune_model(base(tmp_path, name="b")).dataframe
-    c = tune_model(base(tmp_path, name="c", seed=1)).dataframe
+def test_same_seed_same_configs(ray_local, make_spec):
+    a = tune_model(make_spec(ENGINE, name="a")).dataframe
+    b = tune_model(make_spec(ENGINE, name="b")).dataframe
+    c = tune_model(make_spec(ENGINE, name="c", seed=1)).dataframe
     assert sorted(a["config/x"]) == sorted(b["config/x"])
     assert sorted(a["config/x"]) != sorted(c["config/x"])
 
 
 @pytest.mark.parametrize("algo", ["optuna", "bohb"])
-def test_model_based_searchers_seed_reproducible(ray_local, tmp_path, algo):
+def test_model_based_searchers_seed_reproducible(ray_local, make_spec, algo):
     """The same seed gives the same sampled configs (trial ids are random, so compare as sets)."""
     kw = dict(search={"algorithm": algo}, param_space={"x": SPACE["x"], "epochs": 2})
-    a = tune_model(base(tmp_path, name="a", **kw)).dataframe
-    b = tune_model(base(tmp_path, name="b", **kw)).dataframe
+    a = tune_model(make_spec(ENGINE, name="a", **kw)).dataframe
+    b = tune_model(make_spec(ENGINE, name="b", **kw)).dataframe
     assert sorted(a["config/x"]) == sorted(b["config/x"])
 
 
-def test_bohb_gives_plain_python_values(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, trainable="tests.trainables:typed", search={"algorithm": "bohb"},
-                             scheduler={"type": "bohb", "max_t": 2}))
+def test_bohb_gives_plain_python_values(ray_local, make_spec):
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:typed", search={"algorithm": "bohb"},
+                                  scheduler={"type": "bohb", "max_t": 2}))
     assert (result.dataframe["numpy_free"] == 1.0).all()
     assert all("opt=str" in t and "x=float" in t for t in result.dataframe["types"])
     assert type(result.best_config["opt"]) is str
 
 
-def test_raw_ray_trainable_runs_unchanged(ray_local, tmp_path):
+def test_raw_ray_trainable_runs_unchanged(ray_local, make_spec):
     from tests.trainables import raw_ray
 
-    result = tune_model(base(tmp_path), trainable=raw_ray)
+    result = tune_model(make_spec(ENGINE), trainable=raw_ray)
     assert (result.dataframe["training_iteration"] == 3).all()
     assert result.best_metrics["loss"] == pytest.approx(result.best_config["x"] + 1 / 3)
 
 
-def test_errored_trials_are_counted(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, trainable="tests.trainables:fails_for_large_x", num_samples=6))
+def test_errored_trials_are_counted(ray_local, make_spec):
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:fails_for_large_x", num_samples=6))
     by_status = result.summary["trials"]["by_status"]
     assert by_status.get("ERROR", 0) == (result.dataframe["config/x"] > 0.5).sum() > 0
     assert result.num_errors == by_status["ERROR"]
@@ -129,8 +126,8 @@ def test_errored_trials_are_counted(ray_local, tmp_path):
     assert result.best_config["x"] <= 0.5
 
 
-def test_nan_metric_fails_the_trial_and_is_never_best(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, trainable="tests.trainables:nan_metric", num_samples=6))
+def test_nan_metric_fails_the_trial_and_is_never_best(ray_local, make_spec):
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:nan_metric", num_samples=6))
     df = result.dataframe
     assert result.summary["aborted"] is None, "a NaN is a bad config, not a bug: no abort"
     assert result.best_config["x"] <= 0.5
@@ -140,44 +137,44 @@ def test_nan_metric_fails_the_trial_and_is_never_best(ray_local, tmp_path):
     assert all("NonFiniteMetricError: metric 'loss' is nan" in e["error"] for e in result.summary["errors"])
 
 
-def test_nan_never_moves_asha_rungs(ray_local, tmp_path):
+def test_nan_never_moves_asha_rungs(ray_local, make_spec):
     """A NaN trial fails before its result reaches the scheduler: no rung records it."""
-    result = tune_model(base(tmp_path, trainable="tests.trainables:nan_metric", num_samples=6,
-                             failure={"abort_on_first_error": False},
-                             scheduler={"type": "asha", "max_t": 2, "reduction_factor": 2}))
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:nan_metric", num_samples=6,
+                                  failure={"abort_on_first_error": False},
+                                  scheduler={"type": "asha", "max_t": 2, "reduction_factor": 2}))
     df = result.dataframe
     assert (df.loc[df["status"] == "ERROR", "loss"].isna()).all(), "no NaN result was ever recorded"
 
 
-def test_checkpoint_is_returned(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, trainable="tests.trainables:checkpointing", num_samples=2))
+def test_checkpoint_is_returned(ray_local, make_spec):
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:checkpointing", num_samples=2))
     assert result.best_checkpoint and json.load(open(f"{result.best_checkpoint}/state.json"))["i"] == 3  # epochs 4
 
 
-def test_stop_and_grid_repeats(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, stop={"training_iteration": 2}, num_samples=2,
-                             param_space={"x": {"type": "grid", "values": [0.1, 0.9]}, "epochs": 5}))
+def test_stop_and_grid_repeats(ray_local, make_spec):
+    result = tune_model(make_spec(ENGINE, stop={"training_iteration": 2}, num_samples=2,
+                                  param_space={"x": {"type": "grid", "values": [0.1, 0.9]}, "epochs": 5}))
     assert len(result.dataframe) == 4
     assert (result.dataframe["training_iteration"] == 2).all()
     assert sorted(result.dataframe["config/x"]) == [0.1, 0.1, 0.9, 0.9]
 
 
-def test_existing_experiment_folder_is_refused_by_an_explicit_name(ray_local, tmp_path):
-    tune_model(base(tmp_path, num_samples=1))
+def test_existing_experiment_folder_is_refused_by_an_explicit_name(ray_local, make_spec):
+    tune_model(make_spec(ENGINE, num_samples=1))
     with pytest.raises(SpecError, match="already exists"):
-        tune_model(base(tmp_path, num_samples=1), name="t")
+        tune_model(make_spec(ENGINE, num_samples=1), name="t")
 
 
-def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path):
+def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path, make_spec):
     with pytest.raises(SpecError,
                        match=r"resources.cpu: one trial asks for 3 CPU, but the running Ray cluster \(1 node\) has 2"):
-        tune_model(base(tmp_path, resources={"cpu": 3}))
+        tune_model(make_spec(ENGINE, resources={"cpu": 3}))
     assert not (tmp_path / "t").exists()
 
 
-def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path):
-    result = tune_model(base(tmp_path, trainable="tests.trainables:checkpointing", num_samples=1,
-                             param_space={"x": 0.5, "epochs": 6}, checkpoint={"frequency": 2, "num_to_keep": 2}))
+def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path, make_spec):
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:checkpointing", num_samples=1,
+                                  param_space={"x": 0.5, "epochs": 6}, checkpoint={"frequency": 2, "num_to_keep": 2}))
     trial_dir = next(p for p in (tmp_path / "t").iterdir() if p.name.startswith("checkpointing_"))
     kept = sorted(p.name for p in trial_dir.glob("checkpoint_*"))
     assert len(kept) == 2, kept
@@ -185,11 +182,11 @@ def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path):
     assert state["i"] == 5, "reports 2, 4, 6 kept a checkpoint; the newest is of i=5"
 
 
-def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_path):
+def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_path, make_spec):
     """Synchronous Hyperband pauses trials at rungs; they resume from their checkpoints."""
-    result = tune_model(base(tmp_path, trainable="tests.trainables:steady", num_samples=6,
-                             param_space={"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 9, "sleep": 0},
-                             scheduler={"type": "hyperband", "max_t": 9, "reduction_factor": 3}))
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:steady", num_samples=6,
+                                  param_space={"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 9, "sleep": 0},
+                                  scheduler={"type": "hyperband", "max_t": 9, "reduction_factor": 3}))
     df = result.dataframe
     rows = {d.name: [json.loads(line) for line in (d / "result.json").read_text().splitlines()]
             for d in (tmp_path / "t").glob("steady_*")}
@@ -202,20 +199,20 @@ def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_pat
         assert epochs == list(range(len(epochs))), f"no epoch repeated or skipped in {name}: {seen}"
 
 
-def test_amp_from_the_spec_reaches_the_trial(ray_local, tmp_path):
+def test_amp_from_the_spec_reaches_the_trial(ray_local, make_spec):
     """amp: true turns trial.autocast() on inside the trial: bf16 on this CPU."""
-    result = tune_model(base(tmp_path, trainable="tests.trainables:amp_probe", num_samples=1, param_space={},
-                             amp=True))
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:amp_probe", num_samples=1, param_space={},
+                                  amp=True))
     m = result.best_metrics
     assert (m["autocast"], m["autocast_dtype"], m["output_dtype"]) == (1.0, "torch.bfloat16", "torch.bfloat16")
 
 
-def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, tmp_path):
+def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, make_spec):
     import time
 
     start = time.monotonic()
-    result = tune_model(base(tmp_path, trainable="tests.trainables:hangs_after_one_report", num_samples=4,
-                             trial_timeout_s=10))
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:hangs_after_one_report", num_samples=4,
+                                  trial_timeout_s=10))
     assert time.monotonic() - start < 120, "the hung trials did not hold their slots for an hour"
     df = result.dataframe
     hung = df["config/x"] > 0.5

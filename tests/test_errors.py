@@ -11,7 +11,6 @@ import socket
 
 import pytest
 
-from tests.conftest import run_cli
 from tuner import cli, errors
 from tuner.errors import (ClusterError, DiskFullError, ExperimentError, ExperimentLocked, InputError, StorageError,
                           TrialError, TunerError)
@@ -99,7 +98,7 @@ resources: {cpu: 1}
 """
 
 
-def _refused(ray_tmp, *args):
+def _refused(run_cli, ray_tmp, *args):
     """`tuner ARGS` refused with exit 2 and one paragraph, before any Ray started."""
     proc = run_cli(*args, timeout=120, env={"RAY_TMPDIR": str(ray_tmp)})
     assert proc.returncode == 2, proc.stderr
@@ -108,13 +107,13 @@ def _refused(ray_tmp, *args):
     return proc.stderr
 
 
-def test_real_input_errors_exit_2_before_ray_starts(tmp_path):
+def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     ray_tmp = tmp_path / "ray"
     ray_tmp.mkdir()
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC)
     # ClusterError: a local Ray's size with a cluster's address.
-    assert _refused(ray_tmp, "validate", spec, "--address", "127.0.0.1:1", "--num-cpus", "2") == (
+    assert _refused(run_cli, ray_tmp, "validate", spec, "--address", "127.0.0.1:1", "--num-cpus", "2") == (
         f"tuner: error: {spec}: --num-cpus sizes the local Ray that tuner starts, but this run connects to the Ray "
         "cluster at 127.0.0.1:1 (from --address), whose own resources apply; drop --num-cpus, or drop the address "
         "to run locally.\n")
@@ -124,24 +123,24 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path):
         port = sock.getsockname()[1]
     before = sorted(tmp_path.rglob("*"))
     for command in ("validate", "run"):
-        assert _refused(ray_tmp, command, spec, "--address", f"127.0.0.1:{port}") == (
+        assert _refused(run_cli, ray_tmp, command, spec, "--address", f"127.0.0.1:{port}") == (
             f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection "
             "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
     assert sorted(tmp_path.rglob("*")) == before, "nothing is written"
     # ClusterError: the Jobs API wants the dashboard's URL (`jobs logs --follow` exited 1 with "SpecError: ..." once).
     for command in (["jobs", "status", "j1"], ["jobs", "logs", "j1", "--follow"]):
-        assert _refused(ray_tmp, *command, "--address", "127.0.0.1:6379") == (
+        assert _refused(run_cli, ray_tmp, *command, "--address", "127.0.0.1:6379") == (
             "tuner: error: --address: the Ray Jobs API needs the head's dashboard address, --address "
             "http://HEAD:8265, but got '127.0.0.1:6379'.\n")
     # InputError: options that exclude each other.
-    assert _refused(ray_tmp, "resume", tmp_path, "--resume-errored", "--restart-errored") == (
+    assert _refused(run_cli, ray_tmp, "resume", tmp_path, "--resume-errored", "--restart-errored") == (
         "tuner: error: --resume-errored and --restart-errored exclude each other; choose one.\n")
     # ExperimentError: not an experiment folder.
-    assert _refused(ray_tmp, "resume", spec.parent).startswith(
+    assert _refused(run_cli, ray_tmp, "resume", spec.parent).startswith(
         f"tuner: error: {tmp_path}: {tmp_path} is not a tuner experiment folder (no tuner_run.json and spec.yaml)")
 
 
-def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path):
+def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path, run_cli):
     from tuner.failures import ExperimentLock
 
     ray_tmp = tmp_path / "ray"
@@ -152,6 +151,6 @@ def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path):
     (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     with ExperimentLock(exp):  # held by this process: the resume's own flock is refused
-        stderr = _refused(ray_tmp, "resume", exp, "--num-cpus", "1")
+        stderr = _refused(run_cli, ray_tmp, "resume", exp, "--num-cpus", "1")
     assert stderr == (f"tuner: error: the experiment folder {exp} is in use by pid {os.getpid()}; wait for that run "
                       "to end (or stop it) and try again.\n")

@@ -10,7 +10,7 @@ import time
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner.failures import ExperimentLock, ExperimentLocked
 
 HOLD = "import sys, time; from tuner.failures import ExperimentLock\n" \
@@ -87,7 +87,7 @@ def results_in(exp):
 
 
 @pytest.mark.slow
-def test_lock_refuses_a_resume_during_a_run_and_the_second_of_two_resumes(tmp_path):
+def test_lock_refuses_a_resume_during_a_run_and_the_second_of_two_resumes(tmp_path, run_cli):
     spec = tmp_path / "steady.yaml"
     spec.write_text(STEADY)
     exp = tmp_path / "runs" / "steady"
@@ -125,20 +125,20 @@ def test_lock_refuses_a_resume_during_a_run_and_the_second_of_two_resumes(tmp_pa
 # --------------------------------------------------------------------------- first-error abort, fail_fast
 
 
-def spec(tmp_path, **kw):
-    return {"name": "t", "metric": "loss", "mode": "min", "resources": {"cpu": 1},
-            "reporting": {"cli": False, "tensorboard": False}, "storage": str(tmp_path), **kw}
+# The specs of this section: make_spec(FIRST_ERROR, trainable=..., **overrides), stored in the test's tmp_path.
+FIRST_ERROR = {"name": "t", "metric": "loss", "mode": "min", "resources": {"cpu": 1},
+               "reporting": {"cli": False, "tensorboard": False}}
 
 
-def test_nan_oom_and_a_dead_process_before_any_result_never_abort(ray_local, tmp_path):
+def test_nan_oom_and_a_dead_process_before_any_result_never_abort(ray_local, make_spec):
     """One trial at a time, the first three each fail before any trial reported a result: a NaN in the
     first report, a CUDA out-of-memory without oom_backoff, a process that dies. None is a bug in the
     train function, so the experiment goes on and the last two trials run."""
     from tuner import tune_model
 
     kinds = ["nan", "oom", "exit", "none", "none"]
-    result = tune_model(spec(tmp_path, trainable="tests.trainables:fails_first", max_concurrent_trials=1,
-                             param_space={"fail": {"type": "grid", "values": kinds}}))
+    result = tune_model(make_spec(FIRST_ERROR, trainable="tests.trainables:fails_first", max_concurrent_trials=1,
+                                  param_space={"fail": {"type": "grid", "values": kinds}}))
     assert result.aborted is None
     df = result.dataframe.sort_values("trial_id")
     assert list(df["config/fail"]) == kinds, "the trials ran in this order"
@@ -152,14 +152,15 @@ def test_nan_oom_and_a_dead_process_before_any_result_never_abort(ray_local, tmp
     assert "worker process has died" in dead, dead
 
 
-def test_fail_fast_stops_the_other_trials_at_the_first_error(ray_local, tmp_path):
+def test_fail_fast_stops_the_other_trials_at_the_first_error(ray_local, make_spec):
     """failure.fail_fast: the second trial errors after its first result; the first, running beside it,
     is stopped long before its 50 epochs, and the two trials still waiting never start."""
     from tuner import tune_model
 
-    result = tune_model(spec(tmp_path, trainable="tests.trainables:slow_unless_failing", failure={"fail_fast": True},
-                             param_space={"fail": {"type": "grid", "values": [False, True, False, False]},
-                                          "epochs": 50, "sleep": 0.2}))
+    result = tune_model(make_spec(FIRST_ERROR, trainable="tests.trainables:slow_unless_failing",
+                                  failure={"fail_fast": True},
+                                  param_space={"fail": {"type": "grid", "values": [False, True, False, False]},
+                                               "epochs": 50, "sleep": 0.2}))
     df = result.dataframe.sort_values("trial_id").reset_index(drop=True)
     assert list(df["config/fail"].iloc[:2]) == [False, True]
     assert df.loc[1, "status"] == "ERROR" and result.num_errors == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_integrations")
@@ -38,7 +38,7 @@ reporting:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, run_cli):
     pytest.importorskip("wandb")
     pytest.importorskip("mlflow")
     tmp = tmp_path_factory.mktemp("integ")

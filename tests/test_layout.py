@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.fixtures.paths import ROOT
 from tuner import layout
 from tuner.best import best_reported, is_finite_number, nan_to_none
 from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, flatten, leaves, nest, sampled_params, spec_paths
 from tuner.spec import load_spec
 from tuner.state import load_state_file, read_state
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_each_file_name_is_declared_once_in_tuner():

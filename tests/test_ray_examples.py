@@ -4,13 +4,12 @@ was written for; sizes shrink through the same overrides a user has (tune_model 
 --set)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.fixtures.paths import ROOT
 from tuner import tune_model
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "search_spaces" / "ray_examples"
 
 # spec file -> (overrides that keep the run small, the kind of trainable it is)
@@ -50,11 +49,9 @@ def test_ray_example_runs_from_yaml(ray_local, tmp_path, name):
 
 
 @pytest.mark.slow
-def test_ray_class_example_through_the_cli_from_another_folder(tmp_path):
+def test_ray_class_example_through_the_cli_from_another_folder(tmp_path, run_cli):
     """`tuner run` of an example spec by its absolute path, from another folder, twice in a row:
     the second run gets a fresh folder."""
-    from tests.conftest import run_cli
-
     spec = EXAMPLES / "hyperband_class.yaml"
     args = ("run", spec, "--num-samples", "6", "--set", "stop.training_iteration=8", "--set", "scheduler.max_t=8",
             "--set", "reporting.cli=false")

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_report")
@@ -46,7 +46,7 @@ PROGRESS = re.compile(r"^Progress: (\d+)/6 trials done \| (\d+)/600 s of time bu
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, run_cli):
     """Run the experiment; report on it once while it runs. Returns a namespace of what it left."""
     tmp = tmp_path_factory.mktemp("report")
     spec = tmp / "steady.yaml"
@@ -83,7 +83,7 @@ def test_report_of_a_running_experiment(run):
     assert any(t["iterations"] >= 1 for t in doc["trials"])
 
 
-def test_report_table_sorts_by_the_metric_and_marks_the_best(run):
+def test_report_table_sorts_by_the_metric_and_marks_the_best(run, run_cli):
     proc = run_cli("report", run.exp)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -103,7 +103,7 @@ def test_report_table_sorts_by_the_metric_and_marks_the_best(run):
         assert last == pytest.approx(csv.loc[trial_id, "loss"], rel=1e-5)
 
 
-def test_report_csv_and_json_agree_with_results_csv(run):
+def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     csv = results(run).set_index("trial_id")
     proc = run_cli("report", run.exp, "--format", "csv")
     assert proc.returncode == 0, proc.stderr
@@ -155,7 +155,7 @@ def test_report_starts_no_ray(run, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["missing", "not_an_experiment"])
-def test_report_bad_input_exits_2_without_traceback(tmp_path, target):
+def test_report_bad_input_exits_2_without_traceback(tmp_path, target, run_cli):
     path = tmp_path / target
     if target == "not_an_experiment":
         path.mkdir()
@@ -168,7 +168,7 @@ def test_report_bad_input_exits_2_without_traceback(tmp_path, target):
     assert debug.returncode == 2 and "Traceback" in debug.stderr
 
 
-def test_html_report_is_self_contained_with_pngs(run, tmp_path):
+def test_html_report_is_self_contained_with_pngs(run, tmp_path, run_cli):
     out = tmp_path / "report.html"
     proc = run_cli("report", run.exp, "--format", "html", "--output", out)
     assert proc.returncode == 0, proc.stderr
@@ -234,7 +234,7 @@ _PROBE = """<script>window.addEventListener("load", () => {
 
 
 @pytest.mark.skipif(not chromium(), reason="Debian's chromium is not installed (apt-get install -y chromium)")
-def test_html_report_in_headless_chromium(run, tmp_path):
+def test_html_report_in_headless_chromium(run, tmp_path, run_cli):
     # The check can fail: a page with a script error is caught.
     bad = tmp_path / "bad.html"
     bad.write_text("<!DOCTYPE html><html><body><p>x</p><script>undefinedFunction();</script></body></html>")
@@ -264,7 +264,7 @@ def test_html_report_in_headless_chromium(run, tmp_path):
     assert not [line for line in console if "tuner-probe" not in line], console
 
 
-def test_list_shows_finished_running_and_stopped_experiments(run, tmp_path):
+def test_list_shows_finished_running_and_stopped_experiments(run, tmp_path, run_cli):
     import fcntl
 
     storage = tmp_path / "runs"

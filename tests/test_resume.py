@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 from tuner.layout import RUN_RECORD, SPEC_SNAPSHOT
 
 SPEC = """\
@@ -84,7 +84,7 @@ def canned_experiment(tmp_path, spec_text, spec_source=None):
     return exp
 
 
-def test_resume_refuses_a_changed_spec(tmp_path):
+def test_resume_refuses_a_changed_spec(tmp_path, run_cli):
     """Refused before Ray starts (on a canned experiment folder; the snapshot `tuner run` writes is
     read back by every resume test below)."""
     spec = tmp_path / "steady.yaml"
@@ -109,7 +109,7 @@ def run_in_process(spec, storage):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("search", ["random", "grid", "optuna"])
-def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tmp_path, search):
+def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tmp_path, search, run_cli):
     body = (SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
             .replace("sleep: 0.4", "sleep: 0") + f"search: {{algorithm: {search}}}\n")
     if search == "grid":
@@ -143,7 +143,7 @@ def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tm
 
 
 @pytest.mark.slow
-def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
+def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path, run_cli):
     body = (SPEC.replace("num_samples: 6", "num_samples: 8").replace("epochs: 6", "epochs: 3")
             .replace("sleep: 0.4", "sleep: 0.5") + "time_budget_s: 4\nmax_concurrent_trials: 1\n")
     spec = tmp_path / "steady.yaml"
@@ -172,7 +172,7 @@ def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path):
         assert epochs == sorted(epochs) and max(epochs) == 2
 
 
-def test_resume_refuses_a_truncated_state_without_a_snapshot(tmp_path):
+def test_resume_refuses_a_truncated_state_without_a_snapshot(tmp_path, run_cli):
     """A resume never silently starts over: an unreadable state and no snapshot is refused, before Ray starts."""
     exp = canned_experiment(tmp_path, SPEC)
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{\"trial_data\": [")
@@ -182,14 +182,14 @@ def test_resume_refuses_a_truncated_state_without_a_snapshot(tmp_path):
             "earlier snapshot exists") in proc.stderr
 
 
-def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path):
+def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path, run_cli):
     proc = run_cli("resume", tmp_path)
     assert proc.returncode == 2
     assert "is not a tuner experiment folder" in proc.stderr
 
 
 @pytest.mark.slow
-def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path):
+def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path, run_cli):
     """A finished experiment resumes to nothing; so does one whose newest state was truncated
     mid-write: the resume falls back to the snapshot, says so, and keeps the broken file aside."""
     spec = tmp_path / "steady.yaml"
@@ -237,7 +237,7 @@ def reported(exp):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("search,scheduler", [("optuna", "asha"), ("bohb", "bohb")])
-def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler):
+def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler, run_cli):
     """Ctrl-C mid-run, then resume: the searcher carries on to exactly num_samples trials, from what it
     had learnt: what the resumed session saved includes every observation it held at the interrupt
     (the pre-resume trials' results). (BOHB learns at the rungs of Hyperband brackets only, so it
@@ -285,7 +285,7 @@ reporting: {{cli: false}}
 
 
 @pytest.mark.slow
-def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(tmp_path):
+def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(tmp_path, run_cli):
     """The trial with x = 0.9 errors at epoch 2 in the run; `--resume-errored` continues it from its
     checkpoint (it starts at epoch 2, then errors at epoch 3); `--restart-errored` starts it over
     at epoch 0 and it ends. The trial that ended well never runs again."""

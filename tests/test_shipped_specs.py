@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.fixtures.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -13,7 +13,7 @@ def summary(path):
     return json.loads((path / "summary.json").read_text())
 
 
-def test_main_job_reaches_095(tmp_path):
+def test_main_job_reaches_095(tmp_path, run_cli):
     """The README's main job: 16 ASHA trials on the real MNIST digits reach val_accuracy >= 0.95."""
     proc = run_cli("run", "search_spaces/mnist_asha.yaml", "--storage", tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
@@ -58,7 +58,7 @@ def assert_best_is_the_tables_best_row(exp, s):
     assert yaml.safe_load((exp / "best_config.yaml").read_text()) == best["config"]
 
 
-def test_cifar_tutorial_on_a_generated_folder(tmp_path):
+def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli):
     """The tutorial spec runs on a tiny folder in the CIFAR-10 python format."""
     from examples.cifar import make_fake_cifar
 

@@ -7,18 +7,12 @@ from pydantic import ValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.paths import ROOT
 from tuner.spec import (DISTRIBUTION_TYPES, MAX_NESTING, MAX_YAML_NODES, Spec, SpecError, load_spec, parse_set,
                         parse_yaml)
 
-ROOT = Path(__file__).resolve().parents[1]
 BAD = sorted((ROOT / "tests" / "bad_specs").glob("*.yaml"))
 BASE = "trainable: tests.trainables:quadratic\n"
-
-
-def write(tmp_path, text, name="spec.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
@@ -35,8 +29,8 @@ def test_corpus_is_large():
     assert len(BAD) >= 110
 
 
-def test_example_spec_from_the_issue(tmp_path):
-    spec = load_spec(write(tmp_path, """
+def test_example_spec_from_the_issue(make_spec):
+    spec = load_spec(make_spec("""
 name: mnist-asha
 trainable: examples.mnist:train
 metric: val_accuracy
@@ -82,8 +76,8 @@ def test_yaml_numbers(text, value):
     ("lograndint", "low: 1, high: 100"), ("qlograndint", "low: 2, high: 100, q: 2"),
     ("choice", "values: [a, b]"), ("grid", "values: [1, 2, 3]"),
 ])
-def test_every_distribution_type_loads(tmp_path, kind, extra):
-    spec = load_spec(write(tmp_path, BASE + f"param_space:\n  p: {{type: {kind}, {extra}}}\n"))
+def test_every_distribution_type_loads(make_spec, kind, extra):
+    spec = load_spec(make_spec(BASE + f"param_space:\n  p: {{type: {kind}, {extra}}}\n"))
     assert spec.param_space["p"].type == kind
 
 
@@ -94,28 +88,28 @@ def test_distribution_types_match_ray_names():
         assert kind == "grid" or hasattr(tune, kind)
 
 
-def test_defaults_and_scheduler_chosen_for_bohb(tmp_path):
-    spec = load_spec(write(tmp_path, BASE + "metric: loss\nmode: min\nsearch: {algorithm: bohb}\n"))
+def test_defaults_and_scheduler_chosen_for_bohb(make_spec):
+    spec = load_spec(make_spec(BASE + "metric: loss\nmode: min\nsearch: {algorithm: bohb}\n"))
     assert spec.scheduler.type == "bohb"
-    spec = load_spec(write(tmp_path, BASE))
+    spec = load_spec(make_spec(BASE))
     assert (spec.search.algorithm, spec.scheduler.type, spec.num_samples, spec.storage) == ("random", "fifo", 1, "runs")
     assert spec.resources.cpu == 1 and spec.resources.gpu == 0
 
 
-def test_max_t_defaults_to_stop(tmp_path):
-    spec = load_spec(write(tmp_path, BASE + "metric: loss\nmode: min\nstop: {training_iteration: 7}\n"
-                                            "scheduler: {type: asha}\n"))
+def test_max_t_defaults_to_stop(make_spec):
+    spec = load_spec(make_spec(BASE + "metric: loss\nmode: min\nstop: {training_iteration: 7}\n"
+                                      "scheduler: {type: asha}\n"))
     assert spec.scheduler_max_t == 7
 
 
-def test_spec_is_frozen(tmp_path):
-    spec = load_spec(write(tmp_path, BASE))
+def test_spec_is_frozen(make_spec):
+    spec = load_spec(make_spec(BASE))
     with pytest.raises(ValidationError):
         spec.num_samples = 5
 
 
-def test_overrides_merge_and_validate(tmp_path):
-    path = write(tmp_path, BASE + "metric: loss\nmode: min\nscheduler: {type: asha, max_t: 9}\n")
+def test_overrides_merge_and_validate(make_spec):
+    path = make_spec(BASE + "metric: loss\nmode: min\nscheduler: {type: asha, max_t: 9}\n")
     spec = load_spec(path, num_samples=4, scheduler={"grace_period": 3}, name=None)
     assert spec.num_samples == 4 and spec.scheduler.max_t == 9 and spec.scheduler.grace_period == 3
     with pytest.raises(SpecError, match="num_samples: must be greater than or equal to 1"):
@@ -174,8 +168,8 @@ def test_random_yaml_text_raises_only_spec_errors(text):
 # --------------------------------------------------------------------------- hostile and sloppy YAML
 
 
-def test_anchors_aliases_and_merge_keys_work(tmp_path):
-    spec = load_spec(write(tmp_path, BASE + """metric: loss
+def test_anchors_aliases_and_merge_keys_work(make_spec):
+    spec = load_spec(make_spec(BASE + """metric: loss
 mode: min
 param_space:
   encoder: &encoder
@@ -212,14 +206,14 @@ def test_alias_expansion_is_bounded():
     assert f"the alias *l4 expands the spec to more than {MAX_YAML_NODES:,} YAML nodes" in issue.message
 
 
-def test_nesting_is_bounded(tmp_path):
+def test_nesting_is_bounded(make_spec):
     # The top-level mapping and param_space are levels 1 and 2.
     ok = BASE + "param_space:\n  x: " + "[" * (MAX_NESTING - 2) + "1" + "]" * (MAX_NESTING - 2) + "\n"
-    assert load_spec(write(tmp_path, ok)).param_space["x"]
+    assert load_spec(make_spec(ok)).param_space["x"]
     for opener, closer in (("[", "]"), ("{a: ", "}")):
         deep = BASE + "param_space:\n  x: " + opener * 200 + "1" + closer * 200 + "\n"
         with pytest.raises(SpecError) as info:
-            load_spec(write(tmp_path, deep))
+            load_spec(make_spec(deep))
         (issue,) = info.value.issues
         assert issue.line == 3 and issue.message.startswith(f"the spec would nest lists and mappings more than "
                                                             f"{MAX_NESTING} levels deep here")
@@ -230,15 +224,15 @@ def test_nesting_is_bounded(tmp_path):
         load_spec({"trainable": "a.b:c", "param_space": {"x": nested}})
 
 
-def test_alias_inside_its_own_anchor_is_refused(tmp_path):
+def test_alias_inside_its_own_anchor_is_refused(make_spec):
     with pytest.raises(SpecError, match=r":3:13: param_space.x.1: the alias \*x lies inside the sequence it names"):
-        load_spec(write(tmp_path, BASE + "param_space:\n  x: &x [1, *x]\n"))
+        load_spec(make_spec(BASE + "param_space:\n  x: &x [1, *x]\n"))
 
 
-def test_syntax_error_names_where_the_construct_began(tmp_path):
+def test_syntax_error_names_where_the_construct_began(make_spec):
     text = BASE + "name: x\nmetric: loss\nmode: min\nnum_samples: 2\nparam_space:\n  lr: {type: uniform, low: 0\nseed: 1\n"
     with pytest.raises(SpecError) as info:
-        load_spec(write(tmp_path, text))
+        load_spec(make_spec(text))
     assert str(info.value).endswith(
         "spec.yaml:7:7: YAML syntax error: the flow mapping that starts here (line 7, column 7) is not closed: "
         "expected ',' or '}', but found ':' at line 8, column 5.")
@@ -262,16 +256,16 @@ def test_syntax_error_names_where_the_construct_began(tmp_path):
     ("mlflow", "reporting: {mlflow: {experiment_name: ''}}", "reporting.mlflow.experiment_name: must not be empty"),
     ("trainable", "trainable: ' '", "trainable: trainable must be 'package.module:function'"),
 ])
-def test_strict_scalars(tmp_path, field, yaml_text, expected):
+def test_strict_scalars(make_spec, field, yaml_text, expected):
     text = yaml_text + "\n" if yaml_text.startswith("trainable") else BASE + yaml_text + "\n"
     with pytest.raises(SpecError) as info:
-        load_spec(write(tmp_path, text))
+        load_spec(make_spec(text))
     assert expected in str(info.value)
 
 
-def test_numbers_that_stay_valid(tmp_path):
-    spec = load_spec(write(tmp_path, BASE + "time_budget_s: 60\nresources: {cpu: 0.5}\nstop: {loss: -1}\n"
-                                            "param_space: {x: {type: uniform, low: -1, high: 1e3}, flag: yes}\n"))
+def test_numbers_that_stay_valid(make_spec):
+    spec = load_spec(make_spec(BASE + "time_budget_s: 60\nresources: {cpu: 0.5}\nstop: {loss: -1}\n"
+                                      "param_space: {x: {type: uniform, low: -1, high: 1e3}, flag: yes}\n"))
     assert spec.time_budget_s == 60.0 and spec.resources.cpu == 0.5 and spec.stop == {"loss": -1.0}
     assert spec.param_space["x"].high == 1000.0 and spec.param_space["flag"] is True  # a constant stays as is
 
@@ -279,35 +273,35 @@ def test_numbers_that_stay_valid(tmp_path):
 SPEC_WITH_LR = BASE + "metric: loss\nmode: min\nparam_space:\n  lr: {type: uniform, low: 0, high: 1}\n  epochs: 3\n"
 
 
-def _with_sets(tmp_path, *items, text=SPEC_WITH_LR):
-    return load_spec(write(tmp_path, text), sets=[parse_set(item) for item in items])
+def _with_sets(make_spec, *items, text=SPEC_WITH_LR):
+    return load_spec(make_spec(text), sets=[parse_set(item) for item in items])
 
 
-def test_set_through_a_missing_key_is_refused_with_a_hint(tmp_path):
+def test_set_through_a_missing_key_is_refused_with_a_hint(make_spec):
     with pytest.raises(SpecError) as info:
-        _with_sets(tmp_path, "param_space.lrr.low=1e-3")
+        _with_sets(make_spec, "param_space.lrr.low=1e-3")
     assert str(info.value) == (
         "--set param_space.lrr.low=1e-3: param_space.lrr: param_space has no key 'lrr'; did you mean 'lr'? A --set "
         "path may end in a new key, but not create a mapping on the way; the keys in param_space: epochs, lr.")
     with pytest.raises(SpecError, match=r"^--set schedular.max_t=5: schedular: the spec has no key 'schedular'; "
                                         r"did you mean 'scheduler'\?"):
-        _with_sets(tmp_path, "schedular.max_t=5")
+        _with_sets(make_spec, "schedular.max_t=5")
     with pytest.raises(SpecError, match=r"^--set param_space.epochs.low=1: param_space.epochs: param_space.epochs is 3 "
                                         r"\(int\), not a mapping"):
-        _with_sets(tmp_path, "param_space.epochs.low=1")
+        _with_sets(make_spec, "param_space.epochs.low=1")
 
 
-def test_set_new_leaves_and_absent_sections(tmp_path):
-    spec = _with_sets(tmp_path, "param_space.data_dir=/data", "num_samples=4", "resources.gpu=0.5",
+def test_set_new_leaves_and_absent_sections(make_spec):
+    spec = _with_sets(make_spec, "param_space.data_dir=/data", "num_samples=4", "resources.gpu=0.5",
                       "reporting.cli.progress=false", "param_space.lr.high=0.5", "scheduler={type: asha}",
                       "scheduler.max_t=5")
     assert spec.param_space["data_dir"] == "/data" and spec.num_samples == 4 and spec.resources.gpu == 0.5
     assert spec.reporting.cli.progress is False and spec.param_space["lr"].high == 0.5
     assert spec.scheduler.type == "asha" and spec.scheduler.max_t == 5
-    bohb = _with_sets(tmp_path, "search.algorithm=bohb", "scheduler.max_t=5", text=BASE + "metric: l\nmode: max\n")
+    bohb = _with_sets(make_spec, "search.algorithm=bohb", "scheduler.max_t=5", text=BASE + "metric: l\nmode: max\n")
     assert (bohb.scheduler.type, bohb.scheduler.max_t) == ("bohb", 5)  # the section's default type, as when omitted
     with pytest.raises(SpecError, match=r"^--set scheduler.max_t=5: scheduler.type: missing 'type'; allowed: fifo,"):
-        _with_sets(tmp_path, "scheduler.max_t=5")  # a known section: the path is fine, the value says what is missing
+        _with_sets(make_spec, "scheduler.max_t=5")  # a known section: the path is fine, the value says what is missing
 
 
 @pytest.mark.parametrize("item,expected", [
@@ -322,25 +316,25 @@ def test_set_new_leaves_and_absent_sections(tmp_path):
     ("lr", "--set lr: --set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5, but this one has no '='."),
     ("a..b=1", "--set a..b=1: --set takes KEY=VALUE with a dotted KEY such as scheduler.max_t=5, but its KEY"),
 ])
-def test_set_errors_name_the_set(tmp_path, item, expected):
+def test_set_errors_name_the_set(make_spec, item, expected):
     text = SPEC_WITH_LR + "scheduler: {type: asha, max_t: 3}\n"
     with pytest.raises(SpecError) as info:
-        _with_sets(tmp_path, item, text=text)
+        _with_sets(make_spec, item, text=text)
     assert str(info.value).startswith(expected), str(info.value)
     assert "spec.yaml" not in str(info.value)
 
 
-def test_spec_errors_after_loading_name_the_set(tmp_path):
-    spec = _with_sets(tmp_path, "param_space.lr.low=0.5", "name=mine")
+def test_spec_errors_after_loading_name_the_set(make_spec):
+    spec = _with_sets(make_spec, "param_space.lr.low=0.5", "name=mine")
     assert str(spec.error("param_space.lr.low", "too big.")) == "--set param_space.lr.low=0.5: param_space.lr.low: too big."
     assert str(spec.error("name", "taken.")) == "--set name=mine: name: taken."
     assert str(spec.error("param_space.lr.high", "x.")).endswith("spec.yaml:5:37: param_space.lr.high: x.")
 
 
-def test_stop_operator_follows_mode(tmp_path):
-    spec = load_spec(write(tmp_path, BASE + "metric: val_loss\nmode: min\nstop: {val_loss: 0.05, training_iteration: 9}\n"))
+def test_stop_operator_follows_mode(make_spec):
+    spec = load_spec(make_spec(BASE + "metric: val_loss\nmode: min\nstop: {val_loss: 0.05, training_iteration: 9}\n"))
     assert spec.stop_criteria == [("val_loss", "<=", 0.05), ("training_iteration", ">=", 9.0)]
-    spec = load_spec(write(tmp_path, BASE + "metric: acc\nmode: max\nstop: {acc: 0.9, val_loss: 0.1}\n"))
+    spec = load_spec(make_spec(BASE + "metric: acc\nmode: max\nstop: {acc: 0.9, val_loss: 0.1}\n"))
     assert spec.stop_criteria == [("acc", ">=", 0.9), ("val_loss", ">=", 0.1)]
 
 
@@ -438,9 +432,9 @@ def test_deeply_nested_yaml_raises_only_spec_errors(text):
     _load_text(text)
 
 
-def test_oversized_file_is_refused_unread(tmp_path):
+def test_oversized_file_is_refused_unread(make_spec):
     from tuner.spec import MAX_SPEC_BYTES
 
-    path = write(tmp_path, BASE + "# padding\n" * (MAX_SPEC_BYTES // 10))
+    path = make_spec(BASE + "# padding\n" * (MAX_SPEC_BYTES // 10))
     with pytest.raises(SpecError, match=r"spec.yaml: the file holds 1,048,\d+ bytes; a spec may hold at most 1,048,576"):
         load_spec(path)

@@ -15,20 +15,17 @@ from tuner.spec import SpecError
 X = {"type": "uniform", "low": 0, "high": 1}
 
 
-def spec(tmp_path, **kw):
-    out = {
-        "name": "k",
-        "metric": "loss",
-        "mode": "min",
-        "num_samples": 4,
-        "seed": 0,
-        "param_space": {"x": X},
-        "stop": {"training_iteration": 4},
-        "reporting": {"cli": False, "tensorboard": False},
-        "storage": str(tmp_path),
-    }
-    out.update(kw)
-    return out
+# The specs of this file: make_spec(TRAINABLES, trainable=..., **overrides), stored in the test's tmp_path.
+TRAINABLES = {
+    "name": "k",
+    "metric": "loss",
+    "mode": "min",
+    "num_samples": 4,
+    "seed": 0,
+    "param_space": {"x": X},
+    "stop": {"training_iteration": 4},
+    "reporting": {"cli": False, "tensorboard": False},
+}
 
 
 def rows(experiment, prefix):
@@ -41,7 +38,7 @@ COMBOS = [("random", "hyperband"), ("optuna", "asha"), ("bohb", "bohb"), ("grid"
 
 
 @pytest.mark.parametrize("algo,sched", COMBOS, ids=[f"{a}-{s}" for a, s in COMBOS])
-def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, algo, sched):
+def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, algo, sched, make_spec):
     """A ray.tune.Trainable subclass runs from the spec under each searcher and scheduler, with
     plain Python configs, Ray's checkpoints every checkpoint.frequency steps, and actor reuse."""
     from tests.trainables import Counter
@@ -50,8 +47,8 @@ def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, alg
     scheduler = {"type": sched, "max_t": 4, "reduction_factor": 2} if sched != "median" else {"type": "median"}
     # Ray's Hyperband fills its no-rung bracket (3 trials here) first: 6 trials reach a rung.
     samples = {"grid": 1, "random": 6}.get(algo, 4)
-    result = tune_model(spec(tmp_path, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
-                             num_samples=samples, checkpoint={"frequency": 2}), trainable=Counter)
+    result = tune_model(make_spec(TRAINABLES, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
+                                  num_samples=samples, checkpoint={"frequency": 2}), trainable=Counter)
     df = result.dataframe
     assert len(df) == (8 if algo == "grid" else samples)
     assert set(df["status"]) == {"TERMINATED"}, df[["trial_id", "status"]]
@@ -77,39 +74,40 @@ def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, alg
         assert max(r["resets"] for rs in trials.values() for r in rs) > 0, f"Ray reused actors (reset_config): {seen}"
 
 
-def test_class_trainable_failures_timeout_and_amp(ray_local, tmp_path):
+def test_class_trainable_failures_timeout_and_amp(ray_local, tmp_path, make_spec):
     """failure.max_failures restores a class trainable from its checkpoint; trial_timeout_s ends
     one that runs too long; amp reaches tuner.trial inside the class."""
     from tests.trainables import Counter
 
     space = {"x": {"type": "grid", "values": [0.2, 0.8]}, "fail_dir": str(tmp_path), "fail_at": 3}
-    result = tune_model(spec(tmp_path, num_samples=1, param_space=space, failure={"max_failures": 1}, amp=True),
+    result = tune_model(make_spec(TRAINABLES, num_samples=1, param_space=space, failure={"max_failures": 1}, amp=True),
                         trainable=Counter)
     assert set(result.dataframe["status"]) == {"TERMINATED"}
     for name, rs in rows(tmp_path / "k", "Counter").items():
         assert [r["step_no"] for r in rs][-1] == 4 and rs[-1]["restored_from"] == 2, \
             (name, [(r["step_no"], r["restored_from"]) for r in rs])
         assert all(r["amp"] == 1.0 for r in rs)
-    slow = tune_model(spec(tmp_path, name="slow", num_samples=1, trial_timeout_s=3,
-                           param_space={"x": {"type": "grid", "values": [0.2, 0.8]}, "sleep": 2}), trainable=Counter)
+    slow = tune_model(make_spec(TRAINABLES, name="slow", num_samples=1, trial_timeout_s=3,
+                                param_space={"x": {"type": "grid", "values": [0.2, 0.8]}, "sleep": 2}),
+                      trainable=Counter)
     assert set(slow.dataframe["status"]) == {"ERROR"}
     assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
                                      "trial_timeout_s=3 s") for e in slow.errors), slow.errors
 
 
-def test_class_trainable_refusals(tmp_path):
+def test_class_trainable_refusals(tmp_path, make_spec):
     """What a class trainable cannot do is refused before anything starts, with the reason."""
     from tests.trainables import Counter, NoCheckpoints
 
     with pytest.raises(SpecError, match=r"resources.workers: resources.workers makes each trial a DDP group .*"
                                         r"but Counter is a class trainable"):
-        tune_model(spec(tmp_path, resources={"workers": 2}), trainable=Counter)
+        tune_model(make_spec(TRAINABLES, resources={"workers": 2}), trainable=Counter)
     with pytest.raises(SpecError, match=r"oom_backoff: oom_backoff restarts a train function .* but Counter is a "
                                         r"class trainable"):
-        tune_model(spec(tmp_path, param_space={"batch_size": 8}, oom_backoff="batch_size"), trainable=Counter)
+        tune_model(make_spec(TRAINABLES, param_space={"batch_size": 8}, oom_backoff="batch_size"), trainable=Counter)
     with pytest.raises(SpecError, match=r"scheduler.type: scheduler hyperband pauses trials .* but NoCheckpoints "
                                         r"does not implement save_checkpoint and load_checkpoint"):
-        tune_model(spec(tmp_path, scheduler={"type": "hyperband"}), trainable=NoCheckpoints)
+        tune_model(make_spec(TRAINABLES, scheduler={"type": "hyperband"}), trainable=NoCheckpoints)
     assert not list(tmp_path.iterdir()), "nothing written"
 
 
@@ -118,7 +116,7 @@ KINDS = [("tests.trainables:nan_metric", "inf"), ("tests.trainables:raw_ray_nan"
 
 
 @pytest.mark.parametrize("kind,bad", KINDS, ids=[f"{k.split(':')[1]}-{b}" for k, b in KINDS])
-def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, bad):
+def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, bad, make_spec):
     """Whatever the kind of trainable, a NaN or inf metric fails its trial inside the trial's
     process: ASHA's rungs record only finite values, and the trial ends in ERROR."""
     from ray import tune
@@ -127,10 +125,10 @@ def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, ba
     from tuner.spec import load_spec, resolve_trainable
     from tuner.trainable import build_trainable
 
-    s = load_spec(spec(tmp_path, trainable=kind, num_samples=6, stop={"training_iteration": 3},
-                       failure={"abort_on_first_error": False},
-                       param_space={"x": X, "nan_above": 0.5, "bad_value": bad},
-                       scheduler={"type": "asha", "max_t": 3, "grace_period": 1, "reduction_factor": 2}))
+    s = load_spec(make_spec(TRAINABLES, trainable=kind, num_samples=6, stop={"training_iteration": 3},
+                            failure={"abort_on_first_error": False},
+                            param_space={"x": X, "nan_above": 0.5, "bad_value": bad},
+                            scheduler={"type": "asha", "max_t": 3, "grace_period": 1, "reduction_factor": 2}))
     scheduler = build_scheduler(s)
     grid = tune.Tuner(
         build_trainable(resolve_trainable(s), s, tmp_path / "k"),
@@ -150,7 +148,7 @@ def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, ba
             assert math.isfinite(result.metrics.get("loss", 0.0))
 
 
-def test_with_parameters_passes_data_through_the_object_store(ray_local, tmp_path):
+def test_with_parameters_passes_data_through_the_object_store(ray_local, tmp_path, make_spec):
     """tune.with_parameters(train, data=...) works as trainable=, for functions and classes; the
     data is not copied into the trainable or the experiment: trials read the object store's copy."""
     from ray import tune
@@ -158,7 +156,8 @@ def test_with_parameters_passes_data_through_the_object_store(ray_local, tmp_pat
     from tests.trainables import with_data
 
     data = np.arange(4_000_000, dtype=np.float64)  # 32 MB
-    result = tune_model(spec(tmp_path, num_samples=3, stop=None), trainable=tune.with_parameters(with_data, data=data))
+    result = tune_model(make_spec(TRAINABLES, num_samples=3, stop=None),
+                        trainable=tune.with_parameters(with_data, data=data))
     df = result.dataframe
     assert set(df["status"]) == {"TERMINATED"} and (df["nbytes"] == data.nbytes).all()
     assert (df["writeable"] == 0.0).all(), "each trial maps the object store's read-only copy, zero-copy"
@@ -167,19 +166,19 @@ def test_with_parameters_passes_data_through_the_object_store(ray_local, tmp_pat
     assert result.best_metrics["loss"] == pytest.approx(45.0 + result.best_config["x"])
 
 
-def test_tune_model_with_a_trainable_and_no_trainable_key(ray_local, tmp_path):
+def test_tune_model_with_a_trainable_and_no_trainable_key(ray_local, tmp_path, make_spec):
     """The spec needs no `trainable:` when tune_model gets trainable=; the experiment records the
     callable's import path, so `tuner resume` can find it."""
     from tests.trainables import quadratic
 
-    result = tune_model(spec(tmp_path, num_samples=2, stop=None, param_space={"x": X, "epochs": 2}),
+    result = tune_model(make_spec(TRAINABLES, num_samples=2, stop=None, param_space={"x": X, "epochs": 2}),
                         trainable=quadratic)
     assert set(result.dataframe["status"]) == {"TERMINATED"}
     import yaml
 
     assert yaml.safe_load((tmp_path / "k" / "spec.yaml").read_text())["trainable"] == "tests.trainables:quadratic"
     with pytest.raises(SpecError, match=r"<spec>: trainable: required key 'trainable' is missing\."):
-        tune_model(spec(tmp_path, name="none"))
+        tune_model(make_spec(TRAINABLES, name="none"))
 
 
 CLASS_SPEC = """\
@@ -228,11 +227,9 @@ def test_class_trainable_from_yaml_survives_a_killed_driver(tmp_path):
     assert any(r["restored_from"] > 0 for rs in trials.values() for r in rs), "a trial went on from a checkpoint"
 
 
-def test_class_refusal_through_the_cli_names_the_line(tmp_path):
+def test_class_refusal_through_the_cli_names_the_line(tmp_path, run_cli):
     """`tuner validate` of a YAML spec asking a class trainable for DDP workers: exit 2, the
     field's file:line:col and why, nothing started."""
-    from tests.conftest import run_cli
-
     spec_file = tmp_path / "ddp.yaml"
     spec_file.write_text(CLASS_SPEC.replace("resources: {cpu: 1}", "resources: {workers: 2, cpu_per_worker: 1}"))
     proc = run_cli("validate", spec_file, "--num-cpus", "2")
