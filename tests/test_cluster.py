@@ -430,7 +430,10 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli)
     """
     extra = add_worker(cluster["address"], cluster["temp"], cluster["env"])
     extra_id = extra.node_id()
-    spec = write_spec(tmp_path, "node-loss", num_samples=3, epochs=6, sleep=0.5)
+    # 2 s epochs: the two trials on the warm nodes must not end before the cold extra node has
+    # started its trial actor, or Ray reuses a freed actor for the third trial and the extra
+    # node gets none (seen on an idle machine with 0.5 s epochs).
+    spec = write_spec(tmp_path, "node-loss", num_samples=3, epochs=6, sleep=2.0)
     spec.write_text(spec.read_text().replace("tests.trainables:where", "tests.cluster_trainables:held_on_node"))
     # One trial a node: the run starts only once the cluster counts the extra node (under load
     # it joined after the trials were placed, and all three ran on the other two nodes).
