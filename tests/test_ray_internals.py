@@ -416,6 +416,9 @@ INTERNALS = [
 CHECKED_ON_A_RUN = {"saved_trials", "saved_stopper", "result_grid_trials", "trial_dir_name", "ray_started_here",
                     "reopen_basic_variant_state", "reopen_search_generator_state"}
 
+#: Entries of tuner/ray_internals.py that name config keys of Ray's compiled raylet (checked below).
+CHECKED_IN_THE_RAYLET = {"LOCAL_RAY_SYSTEM_CONFIG", "local_ray_options"}
+
 #: Environment variables tuner sets for Ray (tuner/reporting.py: prepare_console): Ray's source reads them.
 RAY_ENV_VARS = {
     "TUNE_GLOBAL_CHECKPOINT_S": "ray.tune.execution.tune_controller",
@@ -520,8 +523,25 @@ def test_every_entry_of_ray_internals_is_listed_and_checked():
     vias = {i.via for i in INTERNALS if i.via}
     assert not vias - exported, f"INTERNALS names entries that tuner.ray_internals lacks: {sorted(vias - exported)}"
     assert not CHECKED_ON_A_RUN - exported
-    unchecked = exported - vias - CHECKED_ON_A_RUN - {"CHECKED_RAY_VERSION"}
+    unchecked = exported - vias - CHECKED_ON_A_RUN - CHECKED_IN_THE_RAYLET - {"CHECKED_RAY_VERSION"}
     assert not unchecked, f"no check of Ray for tuner.ray_internals.{sorted(unchecked)}: add rows to INTERNALS"
+
+
+def test_the_local_ray_system_config_names_keys_of_rays_raylet(monkeypatch):
+    """Each key tuner gives ``ray.init(_system_config=...)`` is a config name in Ray's raylet binary,
+    and it is given only where ray.init starts a Ray (it refuses one when it connects)."""
+    from ray._private.services import RAYLET_EXECUTABLE
+
+    from tuner.ray_internals import LOCAL_RAY_SYSTEM_CONFIG, local_ray_options
+
+    binary = Path(RAYLET_EXECUTABLE).read_bytes()
+    for key in LOCAL_RAY_SYSTEM_CONFIG:
+        assert key.encode() in binary, f"Ray's raylet no longer knows the config key {key!r} (tuner/cluster.py: ray_session)"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert local_ray_options(None) == {"_system_config": LOCAL_RAY_SYSTEM_CONFIG}
+    assert local_ray_options("auto") == local_ray_options("ray://head:10001") == {}
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert local_ray_options(None) == {}
 
 
 def test_the_installed_ray_is_the_one_the_internals_were_checked_against():

@@ -119,3 +119,16 @@ def test_configure_keeps_the_latest_checkpoint_only_when_asked(tmp_path, monkeyp
         assert trial.get_checkpoint() is None, "a new trial starts from scratch"
     finally:
         trial.configure(None)
+
+
+def test_a_report_without_torch_does_not_import_torch():
+    """A train function that never imported torch (scikit-learn, plain Python) reports without paying
+    torch's import (about 1.3 s in each trial process): there is no GPU metric to add then."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom tuner import trial\ntrial.configure(trial.TrialOptions())\n"
+            "trial.report({'loss': 1.0})\nprint('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "False"

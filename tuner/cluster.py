@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 import ray
 
 from tuner.layout import RAY_LOGS_LINK
-from tuner.ray_internals import HEAD_RESOURCE, JOBS_CLIENT_LOGGERS, RAY_JOB_CONFIG
+from tuner.ray_internals import HEAD_RESOURCE, JOBS_CLIENT_LOGGERS, RAY_JOB_CONFIG, local_ray_options
 from tuner.resources import ClusterResources
 
 __all__ = ["ray_session", "cluster_resources"]
@@ -140,6 +140,7 @@ def ray_session(
             log_to_driver=False,
             logging_level=logging.WARNING,
             runtime_env={"env_vars": env} if env else None,
+            **local_ray_options(address),
         )
     finally:
         if hidden is not None:

@@ -39,6 +39,7 @@ import math
 import numbers
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -352,9 +353,14 @@ def scaler():
 
 
 def _gpu_metrics() -> dict[str, Any]:
-    """Peak GPU memory (bytes) and utilisation (percent) of this process's GPU."""
-    import torch
+    """Peak GPU memory (bytes) and utilisation (percent) of this process's GPU.
 
+    Empty when the train function never imported torch (it cannot have used a GPU then), so
+    a trial of scikit-learn, XGBoost or plain Python does not pay torch's import (~1.3 s).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
     target = device()
     if target.type != "cuda":
         return {}
