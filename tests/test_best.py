@@ -77,11 +77,17 @@ def base(storage, name, **kw):
             **kw}
 
 
+#: The errored experiment's x values, in trial order: errored (x > 0.5) and finished trials interleaved.
+ERRORED_X = [0.7, 0.2, 0.9, 0.4, 0.6]
+
+
 @pytest.fixture(scope="module")
 def errored(ray_local, tmp_path_factory):
-    """Trials with x > 0.5 report loss x (in (0.5, 1]) once and error; the others end at x + 2 (>= 2)."""
+    """Trials with x > 0.5 report loss x (in (0.5, 1]) once and error; the others end at x + 2 (>= 2).
+    A grid of the x of ERRORED_X: 3 errored trials (each costs a trial process), 2 finished."""
     storage = tmp_path_factory.mktemp("best") / "runs"
-    result = tune_model(base(storage, "errored"))
+    result = tune_model(base(storage, "errored", num_samples=1,
+                             param_space={"x": {"type": "grid", "values": ERRORED_X}}))
     return storage, result
 
 
@@ -90,7 +96,8 @@ def test_errored_trials_sort_after_every_trial_with_a_result(errored):
     exp = storage / "errored"
     frame = result.dataframe
     failed = frame["status"] == "ERROR"
-    assert failed.any() and (~failed).any()
+    assert sorted(frame.loc[failed, "config/x"]) == sorted(x for x in ERRORED_X if x > 0.5)
+    assert sorted(frame.loc[~failed, "config/x"]) == sorted(x for x in ERRORED_X if x <= 0.5)
     assert frame.loc[failed, "loss"].max() < frame.loc[~failed, "loss"].min(), \
         "the errored trials' last values are the better ones (the case the rule is for)"
     csv = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
@@ -127,7 +134,7 @@ def test_list_names_finished_with_errors_and_aborted(errored, run_cli):
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:]}
     errors = result.num_errors
-    assert rows["errored"].split()[1:5] == ["finished", "with", "errors", "8"]
-    assert f"8 ({errors} errored)" in rows["errored"]
+    assert rows["errored"].split()[1:5] == ["finished", "with", "errors", str(len(ERRORED_X))]
+    assert f"{len(ERRORED_X)} ({errors} errored)" in rows["errored"]
     assert f"loss={result.best_metrics['loss']:.6g}" in rows["errored"]
     assert rows["aborted"].split()[1] == "aborted", rows["aborted"]

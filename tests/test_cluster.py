@@ -190,7 +190,7 @@ def test_ray_address_the_spec_and_auto_reach_the_cluster_in_their_order(cluster,
     """
     nodes = {cluster["head"].node_id(), cluster["worker"].node_id()}
     flag, from_env, in_spec = (f"127.0.0.1:{free_port()}" for _ in range(3))
-    spec = write_spec(tmp_path, "addressed", num_samples=2, epochs=1, sleep=0.1)
+    spec = write_spec(tmp_path, "addressed", num_samples=1, epochs=1, sleep=0.1)
     spec.write_text(spec.read_text() + f"ray: {{address: '{in_spec}'}}\n")
     env = {**client_env(cluster), "RAY_ADDRESS": ""}
 
@@ -221,7 +221,7 @@ def test_ray_address_the_spec_and_auto_reach_the_cluster_in_their_order(cluster,
 
     for name in ("by-env", "by-spec", "by-auto"):
         df = pd.read_csv(runs / name / "results.csv")
-        assert len(df) == 2 and set(df["status"]) == {"TERMINATED"}, name
+        assert len(df) == 1 and set(df["status"]) == {"TERMINATED"}, name
         ran_on = _trial_nodes(runs / name)
         assert ran_on and ran_on <= nodes, f"{name}: the trials ran on {ran_on}, not on the cluster's nodes {nodes}"
 
@@ -417,8 +417,12 @@ def _whole_rows(path: Path) -> list[dict]:
 def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli):
     """A node dies under a trial mid-way: the trial goes on elsewhere from its checkpoint.
 
-    The trial on the extra node stops for good after 2 epochs (tests.cluster_trainables:
-    held_on_node), so the kill always finds it mid-way, however slow the machine. Before
+    The trial on the extra node stops for good after 2 epochs (tests.trainables:
+    held_on_node_gated), so the kill always finds it mid-way, however slow the machine; the
+    trials on the other nodes wait at their epoch 2 until it is held, so they cannot end and
+    free an actor that Ray would reuse for the third trial before the cold extra node has
+    started its own (seen under load with 2 s epochs, and on an idle machine with 0.5 s ones,
+    before the gate: the extra node got no trial). Before
     the kill the test also waits until Ray has copied those 2 results into the
     experiment's ``result.json``: Ray writes results in the driver's staging folder and
     copies it to the storage every few seconds, and a trial restarted from a checkpoint
@@ -430,11 +434,10 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli)
     """
     extra = add_worker(cluster["address"], cluster["temp"], cluster["env"])
     extra_id = extra.node_id()
-    # 2 s epochs: the two trials on the warm nodes must not end before the cold extra node has
-    # started its trial actor, or Ray reuses a freed actor for the third trial and the extra
-    # node gets none (seen on an idle machine with 0.5 s epochs).
-    spec = write_spec(tmp_path, "node-loss", num_samples=3, epochs=6, sleep=2.0)
-    spec.write_text(spec.read_text().replace("tests.trainables:where", "tests.cluster_trainables:held_on_node"))
+    # Short epochs: the gate of held_on_node_gated, not the epochs' length, keeps the trials on the
+    # warm nodes running until the extra node's trial is held.
+    spec = write_spec(tmp_path, "node-loss", num_samples=3, epochs=6, sleep=0.5)
+    spec.write_text(spec.read_text().replace("tests.trainables:where", "tests.trainables:held_on_node_gated"))
     # One trial a node: the run starts only once the cluster counts the extra node (under load
     # it joined after the trials were placed, and all three ran on the other two nodes).
     deadline = time.monotonic() + 120  # a hang guard, not a timing check

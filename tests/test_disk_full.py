@@ -1,6 +1,7 @@
 """A full disk: the storage folder on a small tmpfs fills up mid-run. The run ends with one
-paragraph and exit code 75, no traceback reaches the console, and `tuner resume` after
-space is freed loses nothing. Needs root (mount); skipped otherwise."""
+paragraph and exit code 75, no traceback reaches the console, and the resume after
+space is freed (through the Python API of `tuner resume`, on the session's Ray) loses nothing.
+Needs root (mount); skipped otherwise."""
 
 import errno
 import json
@@ -89,7 +90,12 @@ def lines(folder):
 
 
 @pytest.mark.slow
-def test_a_full_disk_ends_the_run_with_one_paragraph_and_the_resume_loses_nothing(tmp_path, small_disk, run_cli):
+def test_a_full_disk_ends_the_run_with_one_paragraph_and_the_resume_loses_nothing(tmp_path, small_disk, ray_local,
+                                                                                  capfd):
+    """`tuner run` on the disk that fills up: exit 75 and one paragraph. The resume is in-process
+    (prepare_resume, then resume_prepared, what `tuner resume` runs): what it finishes is checked."""
+    from tuner.engine import prepare_resume, resume_prepared
+
     go = tmp_path / "signals" / "go"
     go.parent.mkdir()
     spec = tmp_path / "full.yaml"
@@ -128,9 +134,11 @@ def test_a_full_disk_ends_the_run_with_one_paragraph_and_the_resume_loses_nothin
     assert [r["training_iteration"] for r in results(folders[0.1])] == list(range(1, EPOCHS + 1))
 
     (small_disk / "ballast").unlink()  # space freed
-    resumed = run_cli("resume", exp, "--num-cpus", "2", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "Traceback" not in resumed.stdout + resumed.stderr
+    capfd.readouterr()
+    resumed = resume_prepared(prepare_resume(exp))
+    assert resumed.num_errors == 0 and not resumed.interrupted and resumed.aborted is None, resumed.summary
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.out + printed.err, printed.err
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["config/x"]) == [0.1, 0.3, 0.4] and df["trial_id"].is_unique
     assert set(df["status"]) == {"TERMINATED"} and (df["training_iteration"] == EPOCHS).all()

@@ -126,8 +126,11 @@ def test_errored_trials_are_counted(ray_local, make_spec):
     assert result.best_config["x"] <= 0.5
 
 
-def test_nan_metric_fails_the_trial_and_is_never_best(ray_local, make_spec):
-    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:nan_metric", num_samples=6))
+def test_nan_metric_fails_the_trial_is_never_best_and_never_moves_asha_rungs(ray_local, make_spec):
+    """A NaN is a bad config, not a bug: its trial fails (no abort, with the default failure settings),
+    is never best, and fails before its result reaches the scheduler: no rung records it."""
+    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:nan_metric", num_samples=6,
+                                  scheduler={"type": "asha", "max_t": 2, "reduction_factor": 2}))
     df = result.dataframe
     assert result.summary["aborted"] is None, "a NaN is a bad config, not a bug: no abort"
     assert result.best_config["x"] <= 0.5
@@ -135,14 +138,6 @@ def test_nan_metric_fails_the_trial_and_is_never_best(ray_local, make_spec):
     assert set(df.loc[df["config/x"] > 0.5, "status"]) == {"ERROR"}
     assert set(df.loc[df["config/x"] <= 0.5, "status"]) == {"TERMINATED"}
     assert all("NonFiniteMetricError: metric 'loss' is nan" in e["error"] for e in result.summary["errors"])
-
-
-def test_nan_never_moves_asha_rungs(ray_local, make_spec):
-    """A NaN trial fails before its result reaches the scheduler: no rung records it."""
-    result = tune_model(make_spec(ENGINE, trainable="tests.trainables:nan_metric", num_samples=6,
-                                  failure={"abort_on_first_error": False},
-                                  scheduler={"type": "asha", "max_t": 2, "reduction_factor": 2}))
-    df = result.dataframe
     assert (df.loc[df["status"] == "ERROR", "loss"].isna()).all(), "no NaN result was ever recorded"
 
 

@@ -21,7 +21,7 @@ name: integ
 trainable: tests.trainables:steady
 metric: loss
 mode: min
-num_samples: 3
+num_samples: 2
 seed: 0
 param_space:
   x: {type: uniform, low: 0, high: 1}
@@ -111,7 +111,7 @@ def test_mlflow_runs_and_metrics_read_back(run, monkeypatch):
     mlflow.set_tracking_uri((run.tmp / "mlruns").as_uri())
     runs = mlflow.search_runs(experiment_names=["integ-mlflow"])
     results = trial_results(run.exp)
-    assert len(runs) == len(results) == 3
+    assert len(runs) == len(results) == 2
     client = mlflow.MlflowClient()
     for _, row in runs.iterrows():
         trial_id = row["tags.trial_name"].split("_", 1)[1]

@@ -20,7 +20,7 @@ CASES = {
     "hyperband_function": ({"num_samples": 6, "stop": {"training_iteration": 4},
                             "scheduler": {"max_t": 4, "reduction_factor": 2}},
                            "function, ray.tune.report with checkpoints"),
-    "bohb": ({"num_samples": 6, "stop": {"training_iteration": 4}, "scheduler": {"max_t": 4}},
+    "bohb": ({"num_samples": 4, "stop": {"training_iteration": 4}, "scheduler": {"max_t": 4}},
              "class, save_checkpoint/load_checkpoint"),
     "optuna": ({"num_samples": 4, "param_space": {"steps": 4}}, "function under Optuna"),
 }
@@ -51,16 +51,23 @@ def test_ray_example_runs_from_yaml(ray_local, tmp_path, name):
 @pytest.mark.slow
 def test_ray_class_example_through_the_cli_from_another_folder(tmp_path, run_cli):
     """`tuner run` of an example spec by its absolute path, from another folder, twice in a row:
-    the second run gets a fresh folder."""
+    the second run gets a fresh folder.
+
+    Small runs, as each class trial is an actor process of its own (the example has no
+    reset_config): the first, 3 trials up to 4 iterations, fills one Hyperband bracket with a
+    rung before max_t; the second, there for its folder, is 2 trials of 2 iterations."""
     spec = EXAMPLES / "hyperband_class.yaml"
-    args = ("run", spec, "--num-samples", "6", "--set", "stop.training_iteration=8", "--set", "scheduler.max_t=8",
-            "--set", "reporting.cli=false")
-    first = run_cli(*args, cwd=tmp_path)
+
+    def args(samples: int, iterations: int) -> tuple:
+        return ("run", spec, "--num-samples", str(samples), "--set", f"stop.training_iteration={iterations}",
+                "--set", f"scheduler.max_t={iterations}", "--set", "reporting.cli=false")
+
+    first = run_cli(*args(3, 4), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    second = run_cli(*args, cwd=tmp_path)
+    second = run_cli(*args(2, 2), cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "runs/ray-hyperband holds an experiment already, so this run goes to ray-hyperband-2" in second.stdout
-    for name in ("ray-hyperband", "ray-hyperband-2"):
+    for name, samples in (("ray-hyperband", 3), ("ray-hyperband-2", 2)):
         summary = json.loads((tmp_path / "runs" / name / "summary.json").read_text())
-        assert summary["trials"]["by_status"] == {"TERMINATED": 6}
+        assert summary["trials"]["by_status"] == {"TERMINATED": samples}
         assert summary["best"]["metrics"]["episode_reward_mean"] > 0

@@ -3,7 +3,8 @@ headless Chromium, TensorBoard's event files read back with TensorBoard's own Ev
 and the progress line under the CLIReporter table.
 
 One ASHA experiment (6 trials, some stopped early) is run once for the module, through the real
-CLI; `tuner report` is also run while it is still running.
+CLI; `tuner report` is also run while it is still running. Its HTML report is also made once for the
+module (the ``html`` fixture), for the tests that look at the page.
 """
 
 import json
@@ -65,6 +66,17 @@ def run(tmp_path_factory, run_cli):
     assert proc.returncode == 0, err
     return type("Run", (), {"exp": exp, "storage": storage, "tmp": tmp, "stdout": out, "stderr": err,
                             "live": live})
+
+
+@pytest.fixture(scope="module")
+def html(run, tmp_path_factory):
+    """`tuner report --format html` of the experiment, once for the module, under `python -X importtime`
+    (so that test_report_starts_no_ray sees what it imported). Returns a namespace: ``proc`` (text) and
+    ``page``, the HTML file, with its PNGs in ``report_plots/`` beside it."""
+    page = tmp_path_factory.mktemp("html") / "report.html"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tuner", "report", str(run.exp), "--format",
+                           "html", "--output", str(page)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return type("Html", (), {"proc": proc, "page": page})
 
 
 def results(run):
@@ -137,11 +149,9 @@ def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     assert proc.returncode == 0 and len(pd.read_csv(out)) == 3
 
 
-def test_report_starts_no_ray(run, tmp_path):
+def test_report_starts_no_ray(run, html):
     """The CLI (every format) and the Python API read files only: Ray is never imported."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tuner", "report", str(run.exp), "--format",
-                           "html", "--output", str(tmp_path / "r.html")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = html.proc  # the html report, the format that imports the most
     assert proc.returncode == 0, proc.stderr
     imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "pandas" in imported and "matplotlib" in imported, "-X importtime lists the imports"
@@ -168,11 +178,9 @@ def test_report_bad_input_exits_2_without_traceback(tmp_path, target, run_cli):
     assert debug.returncode == 2 and "Traceback" in debug.stderr
 
 
-def test_html_report_is_self_contained_with_pngs(run, tmp_path, run_cli):
-    out = tmp_path / "report.html"
-    proc = run_cli("report", run.exp, "--format", "html", "--output", out)
-    assert proc.returncode == 0, proc.stderr
-    page = out.read_text()
+def test_html_report_is_self_contained_with_pngs(run, html):
+    assert html.proc.returncode == 0, html.proc.stderr
+    page = html.page.read_text()
     imgs = re.findall(r'<img src="([^"]*)"', page)
     assert len(imgs) == 5 and all(src.startswith("data:image/png;base64,") for src in imgs)
     assert not re.search(r'(?:src|href)="(?!data:)', page), "nothing loaded from elsewhere"
@@ -186,7 +194,7 @@ def test_html_report_is_self_contained_with_pngs(run, tmp_path, run_cli):
 
     from PIL import Image
 
-    pngs = sorted((tmp_path / "report_plots").glob("*.png"))
+    pngs = sorted((html.page.parent / "report_plots").glob("*.png"))
     assert [p.stem for p in pngs] == sorted(["learning_curves", "metric_vs_params", "parallel_coordinates",
                                              "importances", "budget"])
     for png in pngs:
@@ -234,15 +242,16 @@ _PROBE = """<script>window.addEventListener("load", () => {
 
 
 @pytest.mark.skipif(not chromium(), reason="Debian's chromium is not installed (apt-get install -y chromium)")
-def test_html_report_in_headless_chromium(run, tmp_path, run_cli):
+def test_html_report_in_headless_chromium(html, tmp_path):
     # The check can fail: a page with a script error is caught.
     bad = tmp_path / "bad.html"
     bad.write_text("<!DOCTYPE html><html><body><p>x</p><script>undefinedFunction();</script></body></html>")
     console, _ = browse(bad)
     assert any("Uncaught ReferenceError" in line for line in console), console
 
-    page = tmp_path / "report.html"
-    assert run_cli("report", run.exp, "--format", "html", "--output", page).returncode == 0
+    assert html.proc.returncode == 0, html.proc.stderr
+    page = tmp_path / "report.html"  # the page alone, without the PNGs beside it: it embeds them
+    shutil.copyfile(html.page, page)
     shot = tmp_path / "shot.png"
     console, proc = browse(page, shot)
     assert console == [], console

@@ -1,5 +1,9 @@
 """Resume: real subprocesses and real signals, a truncated state, a changed spec.
 
+Where a test proves what a resume finishes rather than the CLI's exit code, console or signals, the
+first run or the resume goes through tuner's Python API on the session's Ray (``tune_model``;
+``prepare_resume`` then ``resume_prepared``, which `tuner resume` runs), with no Ray of its own to start.
+
 The tests that resume a run are marked slow (`-m "not slow"` skips them, as the README says);
 the refusals, which start no run of their own or refuse before Ray starts, stay in the fast subset."""
 
@@ -36,32 +40,69 @@ def start(*args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def lines_of_progress(exp):
+    """The results in the trials' progress.csv files, in all."""
+    return sum(max(0, len(p.read_text().splitlines()) - 1) for p in exp.glob("*/progress.csv"))
+
+
 def wait_for_progress(exp, min_lines, timeout=120):
     """Wait until the trials' progress.csv files hold at least min_lines results in all."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lines = sum(max(0, len(p.read_text().splitlines()) - 1) for p in exp.glob("*/progress.csv"))
+        lines = lines_of_progress(exp)
         if lines >= min_lines:
             return lines
         time.sleep(0.3)
     raise AssertionError("no progress")
 
 
+def locked(exp, pid):
+    """What `tuner run`/`tuner resume` prints when the experiment lock is held by ``pid``."""
+    return (f"tuner: error: the experiment folder {exp} is in use by pid {pid}; wait for that run to end (or "
+            "stop it) and try again.\n")
+
+
 @pytest.mark.slow
-def test_sigkill_the_driver_repeatedly_then_resume(tmp_path):
-    """SIGKILL the driver mid-run, resume, SIGKILL the resumed driver, resume again: nothing is lost."""
+def test_sigkill_the_driver_repeatedly_then_resume_while_the_lock_refuses_others(tmp_path, run_cli):
+    """SIGKILL the driver mid-run, resume, SIGKILL the resumed driver, resume again: nothing is lost.
+    Meanwhile the experiment lock (one run per folder, freed when its holder is SIGKILLed): a resume
+    during the run is refused, naming the run's pid, and changes nothing, and the run goes on; of two
+    resumes started at once after the kills, one runs and the other is refused naming the first's pid.
+    (Epochs of 1.5 s, as sleeping costs no CPU: the run outlasts the refused resume's start-up, Ray Tune
+    imported, and the resume that runs holds the lock long after the other has reached it.)"""
     spec = tmp_path / "steady.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace("sleep: 0.4", "sleep: 1.5"))
     exp = tmp_path / "runs" / "steady"
     proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
-    for kill in range(2):
-        wait_for_progress(exp, 4 + 8 * kill)
+    try:
+        deadline = time.monotonic() + 120
+        while not (lines_of_progress(exp) >= 4 and list(exp.glob("experiment_state-*.json"))):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run did not get going"
+            time.sleep(0.3)
+        before = {name: (exp / name).read_bytes() for name in ("spec.yaml", "tuner_run.json")}
+        clash = run_cli("resume", exp, "--num-cpus", "2")
+        assert clash.returncode == 2, clash.stderr
+        assert clash.stderr == locked(exp, proc.pid)
+        assert {name: (exp / name).read_bytes() for name in before} == before, "the refused resume changed nothing"
+        assert proc.poll() is None, "the run goes on"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         time.sleep(1)
+        killed_at = lines_of_progress(exp)
         proc = start("resume", exp, "--num-cpus", "2")
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+        wait_for_progress(exp, killed_at + 8)  # the resumed driver has trained on
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        time.sleep(1)
+        assert lines_of_progress(exp) < 6 * 6, "killed with work left"
+    finally:
+        proc.kill()
+    first, second = start("resume", exp, "--num-cpus", "2"), start("resume", exp, "--num-cpus", "2")
+    outs = {p.pid: p.communicate(timeout=300) for p in (first, second)}
+    codes = sorted((p.returncode, p.pid) for p in (first, second))
+    assert [c for c, _ in codes] == [0, 2], outs
+    (_, winner), (_, loser) = codes
+    assert outs[loser][1] == locked(exp, winner)
     df = pd.read_csv(exp / "results.csv")
     assert len(df) == 6 and df["trial_id"].is_unique, "every trial once"
     assert set(df["status"]) == {"TERMINATED"}
@@ -107,9 +148,21 @@ def run_in_process(spec, storage):
     return tune_model(spec, storage=str(storage))
 
 
+def resume_in_process(exp, **flags):
+    """A resume through the Python API that `tuner resume` calls (prepare_resume, then resume_prepared),
+    on the session's Ray: for the resumes whose exit code and console are not what the test proves.
+    Returns the TuneResult of the whole experiment."""
+    from tuner.engine import prepare_resume, resume_prepared
+
+    return resume_prepared(prepare_resume(exp), **flags)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("search", ["random", "grid", "optuna"])
 def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tmp_path, search, run_cli):
+    """The run and the resume with num_samples 4 in-process (resume_in_process: what `tuner resume` runs,
+    less its own Ray); `tuner resume` refuses a shrunk budget (random). The CLI resumes of finished and
+    interrupted experiments are the tests below."""
     body = (SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
             .replace("sleep: 0.4", "sleep: 0") + f"search: {{algorithm: {search}}}\n")
     if search == "grid":
@@ -120,8 +173,8 @@ def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tm
     exp = tmp_path / "runs" / "steady"
     before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
     spec.write_text(body.replace("num_samples: 2", "num_samples: 4"))
-    proc = run_cli("resume", exp, "--num-cpus", "2")
-    assert proc.returncode == 0, proc.stderr
+    result = resume_in_process(exp)
+    assert result.num_errors == 0 and not result.interrupted and result.aborted is None, result.summary
     df = pd.read_csv(exp / "results.csv")
     per_sample = 3 if search == "grid" else 1
     assert len(df) == 4 * per_sample and df["trial_id"].is_unique
@@ -143,7 +196,10 @@ def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tm
 
 
 @pytest.mark.slow
-def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path, run_cli):
+def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(ray_local, tmp_path, run_cli):
+    """`tuner run` stops on the time budget and says how to go on; `tuner resume` with the same budget is
+    refused before Ray starts; with a larger one (resumed in-process: what it finishes is checked) the
+    trials cut off go on from their checkpoints."""
     body = (SPEC.replace("num_samples: 6", "num_samples: 8").replace("epochs: 6", "epochs: 3")
             .replace("sleep: 0.4", "sleep: 0.5") + "time_budget_s: 4\nmax_concurrent_trials: 1\n")
     spec = tmp_path / "steady.yaml"
@@ -161,8 +217,8 @@ def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(tmp_path, run_cl
     assert again.stderr.endswith("s used so far), so the resumed experiment would stop at once; raise "
                                  "time_budget_s in the spec to go on.\n")
     spec.write_text(body.replace("time_budget_s: 4", "time_budget_s: 600"))
-    grown = run_cli("resume", exp, "--num-cpus", "2")
-    assert grown.returncode == 0, grown.stderr
+    grown = resume_in_process(exp)
+    assert grown.num_errors == 0 and not grown.interrupted and grown.aborted is None, grown.summary
     df = pd.read_csv(exp / "results.csv")
     assert len(df) == 8 and df["trial_id"].is_unique
     assert set(df["status"]) == {"TERMINATED"}
@@ -190,8 +246,8 @@ def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path, run_cli):
 
 @pytest.mark.slow
 def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path, run_cli):
-    """A finished experiment resumes to nothing; so does one whose newest state was truncated
-    mid-write: the resume falls back to the snapshot, says so, and keeps the broken file aside."""
+    """A finished experiment resumes to nothing (resumed in-process); so does one whose newest state was
+    truncated mid-write: `tuner resume` falls back to the snapshot, says so, and keeps the broken file aside."""
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
                     .replace("sleep: 0.4", "sleep: 0"))
@@ -199,8 +255,8 @@ def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(r
     exp = tmp_path / "runs" / "steady"
     before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
     assert len(before) == 2
-    proc = run_cli("resume", exp, "--num-cpus", "2")
-    assert proc.returncode == 0, proc.stderr
+    result = resume_in_process(exp)
+    assert result.num_errors == 0 and len(result.dataframe) == 2, result.summary
     assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json")} == before
     state = sorted(exp.glob("experiment_state-*.json"))[-1]
     state.write_text(state.read_text()[:100])  # truncated mid-write
@@ -243,6 +299,13 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     (the pre-resume trials' results). (BOHB learns at the rungs of Hyperband brackets only, so it
     may learn nothing new after the resume here.)"""
     body = SPEC + f"search: {{algorithm: {search}}}\nscheduler: {{type: {scheduler}, max_t: 6}}\n"
+    if search == "bohb":
+        # 3 epochs, max_t 6 all the same: Hyperband's rungs are those of max_t, so the interrupt finds
+        # the same trials PAUSED at the rung of 2 as with 6 epochs, but each needs 1 more epoch, not 4:
+        # the resumed (bracketless) Hyperband unpauses them one result at a time, each in a new process
+        # (38 CPU-s for the resume with 6 epochs, 18 with 3). Epochs of 1.5 s (sleeping costs no CPU):
+        # a trial unpaused before the interrupt lands takes about as long as its 4 epochs of 0.4 s did.
+        body = body.replace("epochs: 6", "epochs: 3").replace("sleep: 0.4", "sleep: 1.5")
     spec = tmp_path / "s.yaml"
     spec.write_text(body)
     exp = tmp_path / "runs" / "steady"
@@ -254,6 +317,10 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode == 130
+    if search == "bohb":
+        from tuner.state import read_state
+
+        assert "PAUSED" in {t["status"] for t in read_state(exp).trials}, "interrupted with trials PAUSED at a rung"
     learnt = observations(exp)
     assert learnt, "the searcher had learnt something before the interrupt"
     assert {value for _, _, value in learnt} <= reported(exp), "what it learnt are the trials' results"
@@ -285,10 +352,13 @@ reporting: {{cli: false}}
 
 
 @pytest.mark.slow
-def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(tmp_path, run_cli):
-    """The trial with x = 0.9 errors at epoch 2 in the run; `--resume-errored` continues it from its
-    checkpoint (it starts at epoch 2, then errors at epoch 3); `--restart-errored` starts it over
-    at epoch 0 and it ends. The trial that ended well never runs again."""
+def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(ray_local, tmp_path, run_cli):
+    """The trial with x = 0.9 errors at epoch 2 in the run; resume_errored continues it from its
+    checkpoint (it starts at epoch 2, then errors at epoch 3); `tuner resume --restart-errored` starts it
+    over at epoch 0 and it ends (exit 0). The trial that ended well never runs again. The run and the
+    first resume are in-process (`tuner run`'s exit 1 for errored trials is test_cli's): in that order
+    only, as an in-process resume after another Ray session's resume synced the in-process run's stale
+    copy of the errored trial's result.json over the newer one."""
     spec = tmp_path / "errs.yaml"
     spec.write_text(ERRORS.format(fail_dir=tmp_path))
     exp = tmp_path / "runs" / "errs"
@@ -302,14 +372,14 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
             out.setdefault((r["attempt"], r["start"]), []).append(r["epoch"])
         return [(a, s, e) for (a, s), e in out.items()]
 
-    run = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
-    assert run.returncode == 1, run.stderr
+    run = run_in_process(spec, tmp_path / "runs")
+    assert run.num_errors == 1 and run.aborted is None, run.summary
     assert attempts(0.9) == [(0, 0, [0, 1])]
     ok = attempts(0.2)
     assert ok == [(0, 0, [0, 1, 2, 3, 4])]
 
-    again = run_cli("resume", exp, "--resume-errored", "--num-cpus", "2")
-    assert again.returncode == 1, again.stderr
+    again = resume_in_process(exp, resume_errored=True)
+    assert again.num_errors == 1 and not again.interrupted and again.aborted is None, again.summary
     assert attempts(0.9) == [(0, 0, [0, 1]), (1, 2, [2])], "continued from the checkpoint of epoch 1"
 
     over = run_cli("resume", exp, "--restart-errored", "--num-cpus", "2")

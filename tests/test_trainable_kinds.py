@@ -79,18 +79,20 @@ def test_class_trainable_failures_timeout_and_amp(ray_local, tmp_path, make_spec
     one that runs too long; amp reaches tuner.trial inside the class."""
     from tests.trainables import Counter
 
-    space = {"x": {"type": "grid", "values": [0.2, 0.8]}, "fail_dir": str(tmp_path), "fail_at": 3}
+    space = {"x": 0.8, "fail_dir": str(tmp_path), "fail_at": 3}  # one trial each time
     result = tune_model(make_spec(TRAINABLES, num_samples=1, param_space=space, failure={"max_failures": 1}, amp=True),
                         trainable=Counter)
     assert set(result.dataframe["status"]) == {"TERMINATED"}
-    for name, rs in rows(tmp_path / "k", "Counter").items():
+    trials = rows(tmp_path / "k", "Counter")
+    assert len(trials) == 1
+    for name, rs in trials.items():
         assert [r["step_no"] for r in rs][-1] == 4 and rs[-1]["restored_from"] == 2, \
             (name, [(r["step_no"], r["restored_from"]) for r in rs])
         assert all(r["amp"] == 1.0 for r in rs)
     slow = tune_model(make_spec(TRAINABLES, name="slow", num_samples=1, trial_timeout_s=3,
-                                param_space={"x": {"type": "grid", "values": [0.2, 0.8]}, "sleep": 2}),
+                                param_space={"x": 0.8, "sleep": 2}),
                       trainable=Counter)
-    assert set(slow.dataframe["status"]) == {"ERROR"}
+    assert set(slow.dataframe["status"]) == {"ERROR"} and len(slow.errors) == 1
     assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
                                      "trial_timeout_s=3 s") for e in slow.errors), slow.errors
 
@@ -118,28 +120,32 @@ KINDS = [("tests.trainables:nan_metric", "inf"), ("tests.trainables:raw_ray_nan"
 @pytest.mark.parametrize("kind,bad", KINDS, ids=[f"{k.split(':')[1]}-{b}" for k, b in KINDS])
 def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, bad, make_spec):
     """Whatever the kind of trainable, a NaN or inf metric fails its trial inside the trial's
-    process: ASHA's rungs record only finite values, and the trial ends in ERROR."""
+    process: ASHA's rungs record only finite values, and the trial ends in ERROR. Two trials: one
+    reports finite values (into the rungs at 1 and 2 iterations), the other a non-finite value from
+    its first iteration on (a rung's iteration), which must never get there."""
     from ray import tune
 
     from tuner.algorithms import build_scheduler
     from tuner.spec import load_spec, resolve_trainable
     from tuner.trainable import build_trainable
 
-    s = load_spec(make_spec(TRAINABLES, trainable=kind, num_samples=6, stop={"training_iteration": 3},
+    xs = [0.2, 0.8]
+    s = load_spec(make_spec(TRAINABLES, trainable=kind, num_samples=1, stop={"training_iteration": 3},
                             failure={"abort_on_first_error": False},
-                            param_space={"x": X, "nan_above": 0.5, "bad_value": bad},
+                            param_space={"x": {"type": "grid", "values": xs}, "nan_above": 0.5, "bad_value": bad},
                             scheduler={"type": "asha", "max_t": 3, "grace_period": 1, "reduction_factor": 2}))
     scheduler = build_scheduler(s)
     grid = tune.Tuner(
         build_trainable(resolve_trainable(s), s, tmp_path / "k"),
-        param_space={"x": tune.uniform(0, 1), "nan_above": 0.5, "bad_value": bad, "fail_dir": ""},
-        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=6, scheduler=scheduler,
+        param_space={"x": tune.grid_search(xs), "nan_above": 0.5, "bad_value": bad, "fail_dir": ""},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=1, scheduler=scheduler,
                                     search_alg=tune.search.BasicVariantGenerator(random_state=0)),
         run_config=tune.RunConfig(name="k", storage_path=str(tmp_path), verbose=0,
                                   stop={"training_iteration": 3}),
     ).fit()
     recorded = [v for bracket in scheduler._brackets for _, rung in bracket._rungs for v in rung.values()]
     assert recorded and all(math.isfinite(v) for v in recorded), recorded
+    assert sorted(result.config["x"] for result in grid) == xs
     for result in grid:
         bad_trial = result.config["x"] > 0.5
         assert (result.error is not None) == bad_trial, (result.config, result.error)
@@ -156,7 +162,8 @@ def test_with_parameters_passes_data_through_the_object_store(ray_local, tmp_pat
     from tests.trainables import with_data
 
     data = np.arange(4_000_000, dtype=np.float64)  # 32 MB
-    result = tune_model(make_spec(TRAINABLES, num_samples=3, stop=None),
+    # One trial at a time: one trial process (reused) serves the three.
+    result = tune_model(make_spec(TRAINABLES, num_samples=3, stop=None, max_concurrent_trials=1),
                         trainable=tune.with_parameters(with_data, data=data))
     df = result.dataframe
     assert set(df["status"]) == {"TERMINATED"} and (df["nbytes"] == data.nbytes).all()
@@ -171,7 +178,7 @@ def test_tune_model_with_a_trainable_and_no_trainable_key(ray_local, tmp_path, m
     callable's import path, so `tuner resume` can find it."""
     from tests.trainables import quadratic
 
-    result = tune_model(make_spec(TRAINABLES, num_samples=2, stop=None, param_space={"x": X, "epochs": 2}),
+    result = tune_model(make_spec(TRAINABLES, num_samples=1, stop=None, param_space={"x": X, "epochs": 2}),
                         trainable=quadratic)
     assert set(result.dataframe["status"]) == {"TERMINATED"}
     import yaml

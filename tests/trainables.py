@@ -396,3 +396,39 @@ def fails_per_attempt(config):
             raise RuntimeError(f"attempt {attempt} fails at epoch {epoch}")
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start, "attempt": attempt},
                      checkpoint_dir=_epoch_checkpoint(epoch))
+
+
+def held_on_node_gated(config):
+    """``tests.cluster_trainables.held_on_node`` whose trials elsewhere wait for the held one.
+
+    On the node ``hold_node`` it stops for good at epoch ``hold_at`` (writing ``hold_file``), as
+    ``held_on_node`` does. On any other node, it waits at epoch ``hold_at`` until ``hold_file``
+    exists (up to 10 minutes, then fails), so the trials on the other nodes cannot end, and free an
+    actor that Ray would reuse, before a trial has started on ``hold_node`` and reached its hold,
+    however slowly that node starts its worker. A trial restarted elsewhere after the hold finds
+    the file and goes on.
+    """
+    import time
+    from pathlib import Path
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    held = Path(config["hold_file"])
+    start = _start_epoch()
+    for epoch in range(start, int(config["epochs"])):
+        if epoch == config["hold_at"]:
+            if node == config["hold_node"]:
+                held.write_text(node)
+                for _ in range(600):
+                    time.sleep(1)
+                raise RuntimeError(f"the node {node} was not killed")
+            for _ in range(3000):
+                if held.exists():
+                    break
+                time.sleep(0.2)
+            else:
+                raise RuntimeError(f"no trial was held on the node {config['hold_node']}")
+        time.sleep(config.get("sleep", 0.5))
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "node": node},
+                     checkpoint_dir=_epoch_checkpoint(epoch))

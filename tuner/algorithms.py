@@ -73,7 +73,9 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
 def quiet_searchers(algorithm: str) -> None:
     """Keep a searcher's library off the console, for a run and a resume alike.
 
-    Optuna logs every new study at INFO. hpbandster logs at INFO; its KDE (statsmodels
+    Optuna logs every new study at INFO, and warns when a trial resumed from an older
+    checkpoint reports a step again (the repeat is expected; Optuna keeps the first value).
+    hpbandster logs at INFO; its KDE (statsmodels
     ``KDEMultivariate``) draws from numpy's global RandomState, which TuneBOHB's seed
     sets, and statsmodels 0.15 warns on every BOHB run that this default changes "after
     0.17 or January 2028" (the seed test in tests/test_engine.py shows when it does). A
@@ -88,6 +90,10 @@ def quiet_searchers(algorithm: str) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # A trial resumed from a checkpoint older than its last result reports those steps
+        # again; Optuna keeps the first value and warns on each repeat (optuna.trial.Trial.report).
+        warnings.filterwarnings("ignore", message="The reported value is ignored because this `step",
+                                category=UserWarning)
     elif algorithm == "bohb":
         for name in ("hpbandster", "hpbandster.optimizers.config_generators.bohb"):
             logging.getLogger(name).setLevel(logging.WARNING)
