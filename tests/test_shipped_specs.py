@@ -64,9 +64,9 @@ def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli):
 
     data = make_fake_cifar(tmp_path / "cifar")
     proc = run_cli("run", "search_spaces/cifar_tutorial.yaml", "--storage", tmp_path / "runs",
-                   "--num-samples", "3", "--set", f"param_space.data_dir={data}", "--set", "param_space.epochs=2",
+                   "--num-samples", "2", "--set", f"param_space.data_dir={data}", "--set", "param_space.epochs=2",
                    "--set", "scheduler.max_t=2", timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     s = summary(tmp_path / "runs" / "cifar-tutorial")
-    assert s["trials"] == {"total": 3, "by_status": {"TERMINATED": 3}}
+    assert s["trials"] == {"total": 2, "by_status": {"TERMINATED": 2}}
     assert {"l1", "l2", "lr", "batch_size"} <= set(s["best"]["config"])

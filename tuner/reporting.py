@@ -179,6 +179,25 @@ class TableReporter(CLIReporterHooks, CLIReporter):
         self.print_text(text)
 
 
+def import_tensorboardx_without_torch() -> None:
+    """Import tensorboardX in the driver without the torch import it makes when it can.
+
+    tensorboardX 2.6's ``writer`` imports torch only to accept torch tensors as values (its
+    ``numpy_compatible``); Ray's ``TBXLoggerCallback`` and tuner's HParams summary log plain
+    numbers, so the driver need not pay torch's import (1.3 CPU-s per ``tuner run``; a train
+    function's own torch is imported in the trial processes). Where torch or tensorboardX is
+    already imported, this changes nothing.
+    """
+    if "tensorboardX" in sys.modules or "torch" in sys.modules:
+        return
+    sys.modules["torch"] = None  # makes `import torch` raise ImportError
+    try:
+        import tensorboardX  # noqa: F401
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
 def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None) -> list:
     """Ray callbacks for the spec's ``reporting`` section.
 
@@ -198,6 +217,7 @@ def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None
     rep = spec.reporting
     callbacks: list = [JsonLoggerCallback(), CSVLoggerCallback()]
     if rep.tensorboard:
+        import_tensorboardx_without_torch()
         callbacks.append(HParamsTBXCallback(spec, experiment_path))
     if rep.wandb is not None:
         w = rep.wandb
