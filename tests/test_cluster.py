@@ -155,7 +155,10 @@ def write_spec(folder: Path, name: str, num_samples=4, epochs=2, sleep=1.0) -> P
 
 
 def test_run_with_address_uses_both_nodes(cluster, tmp_path, run_cli):
+    """The trials meet on both nodes before they train (tests.trainables:where with meet_dir): the
+    run shows that tuner reaches the worker node, not how fast a cold node starts its worker."""
     spec = write_spec(tmp_path, "on-cluster")
+    spec.write_text(spec.read_text().replace("  epochs:", f"  meet_dir: {tmp_path / 'met'}\n  meet_nodes: 2\n  epochs:"))
     env = client_env(cluster)
     plan = run_cli("validate", spec, "--address", cluster["address"], env=env)
     assert plan.returncode == 0, plan.stderr

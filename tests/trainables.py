@@ -205,12 +205,30 @@ def hangs_after_one_report(config):
 
 
 def where(config):
-    """Reports the Ray node it runs on; checkpoints each epoch (the cluster tests)."""
+    """Reports the Ray node it runs on; checkpoints each epoch (the cluster tests).
+
+    With ``meet_dir`` and ``meet_nodes``, it first records its node there and waits (up to 10
+    minutes, then fails) until trials have started on ``meet_nodes`` nodes: a trial holds its
+    node's CPU meanwhile, so the next trial must go to another node, however slowly that node
+    starts its worker (without it, under load, Ray reused the first node's freed actor for every
+    trial before the cold node had one).
+    """
     import time
+    from pathlib import Path
 
     import ray
 
     node = ray.get_runtime_context().get_node_id()
+    if config.get("meet_dir"):
+        meet = Path(config["meet_dir"])
+        meet.mkdir(parents=True, exist_ok=True)
+        (meet / node).write_text(node)
+        for _ in range(3000):
+            if len(list(meet.iterdir())) >= int(config["meet_nodes"]):
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"trials did not start on {config['meet_nodes']} nodes")
     start = _start_epoch()
     for epoch in range(start, int(config.get("epochs", 2))):
         time.sleep(config.get("sleep", 1.0))
