@@ -95,15 +95,16 @@ def test_nan_oom_and_a_dead_process_before_any_result_never_abort(ray_local, mak
     assert "worker process has died" in dead, dead
 
 
-def test_fail_fast_stops_the_other_trials_at_the_first_error(ray_local, make_spec):
-    """failure.fail_fast: the second trial errors after its first result; the first, running beside it,
-    is stopped long before its 50 epochs, and the two trials still waiting never start."""
+def test_fail_fast_stops_the_other_trials_at_the_first_error(ray_local, make_spec, tmp_path):
+    """failure.fail_fast: the second trial errors after its first result (once the first, running beside
+    it, has reported: `gate`; under load the first trial's process once started too late to report at
+    all); the first is stopped long before its 50 epochs, and the two trials still waiting never start."""
     from tuner import tune_model
 
     result = tune_model(make_spec(FIRST_ERROR, trainable="tests.trainables:slow_unless_failing",
                                   failure={"fail_fast": True},
                                   param_space={"fail": {"type": "grid", "values": [False, True, False, False]},
-                                               "epochs": 50, "sleep": 0.2}))
+                                               "epochs": 50, "sleep": 0.2, "gate": str(tmp_path / "reported")}))
     df = result.dataframe.sort_values("trial_id").reset_index(drop=True)
     assert list(df["config/fail"].iloc[:2]) == [False, True]
     assert df.loc[1, "status"] == "ERROR" and result.num_errors == 1

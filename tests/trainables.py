@@ -379,13 +379,23 @@ def fails_first(config):
 
 def slow_unless_failing(config):
     """Reports every config['sleep'] s for config['epochs'] epochs; with config['fail'], raises after its
-    first report."""
+    first report. With config['gate'] (a file path), a trial that does not fail writes that file after its
+    first report, and a failing one waits for it (up to 2 minutes) before it raises, so a trial running
+    beside the failing one has always reported once, however late its process started."""
     import time
+    from pathlib import Path
 
+    gate = Path(config["gate"]) if config.get("gate") else None
     for i in range(int(config["epochs"])):
         trial.report({"loss": config.get("x", 0.0) + 1.0 / (i + 1)})
         if config.get("fail"):
+            for _ in range(600 if gate else 0):
+                if gate.exists():
+                    break
+                time.sleep(0.2)
             raise RuntimeError("this trial fails on purpose")
+        if gate and i == 0:
+            gate.write_text("reported")
         time.sleep(config.get("sleep", 0.2))
 
 
