@@ -36,9 +36,7 @@ __all__ = [
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
     # the Ray process, the cluster and its jobs
     "ray_started_here", "nvidia_gpu_count", "refresh_auth_mode", "LOCAL_RAY_SYSTEM_CONFIG", "local_ray_options",
-    "HEAD_RESOURCE",
-    "RAY_JOB_CONFIG",
-    "JOBS_CLIENT_LOGGERS",
+    "HEAD_RESOURCE", "RAY_JOB_CONFIG", "JOBS_CLIENT_LOGGERS",
 ]
 
 #: The Ray version every entry here was read against (pyproject.toml allows Ray 2.60 only).
@@ -560,6 +558,8 @@ def local_ray_options(address: str | None) -> dict[str, Any]:
     if address is None and not os.environ.get("RAY_ADDRESS"):
         return {"_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)}
     return {}
+
+
 #: Ray's resource of the head node (Ray 2.60: ``ray._common.constants.HEAD_NODE_RESOURCE_NAME``):
 #: ``tuner submit`` puts a job's driver on the head.
 HEAD_RESOURCE = "node:__internal_head__"
