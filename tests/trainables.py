@@ -460,3 +460,27 @@ def held_on_node_gated(config):
         time.sleep(config.get("sleep", 0.5))
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "node": node},
                      checkpoint_dir=_epoch_checkpoint(epoch))
+
+
+def held_until_gate(config):
+    """steady's checkpoints without its sleep, and one trial held: the ``config['hold']``-th trial to
+    start afresh (from 0; each claims its number with a file ``<config['gate']>.start<N>``) touches
+    ``<gate>.held``, then waits for the file ``config['gate']`` before its first epoch. (By start order,
+    not by trial id: a searcher's trial ids are random.) loss = x + 1/(epoch + 1)."""
+    import time
+
+    start = _start_epoch()
+    if start == 0 and not os.path.exists(config["gate"]):
+        number = 0
+        while True:
+            try:
+                os.close(os.open(f"{config['gate']}.start{number}", os.O_CREAT | os.O_EXCL))
+                break
+            except FileExistsError:
+                number += 1
+        if number == int(config["hold"]):
+            open(config["gate"] + ".held", "w").close()
+            while not os.path.exists(config["gate"]):
+                time.sleep(0.1)
+    for epoch in range(start, int(config["epochs"])):
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch}, checkpoint_dir=_epoch_checkpoint(epoch))

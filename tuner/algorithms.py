@@ -31,6 +31,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from tuner.rungs import bracket_rungs
+from tuner.scheduler_state import KeepsState
 from tuner.spec import Spec
 
 __all__ = ["build_searcher", "build_scheduler", "describe_search"]
@@ -107,22 +108,32 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
         spec: The validated spec; ``max_t`` defaults to ``stop.training_iteration``.
 
     Returns:
-        One of Ray's ``FIFOScheduler``, ``ASHAScheduler``, ``HyperBandScheduler``,
-        ``HyperBandForBOHB`` or ``MedianStoppingRule``.
+        Ray's ``FIFOScheduler``, or a subclass of Ray's ``ASHAScheduler``, ``HyperBandScheduler``,
+        ``HyperBandForBOHB`` or ``MedianStoppingRule`` whose state survives ``tuner resume``
+        (:class:`tuner.scheduler_state.KeepsState`; pass it to a
+        :class:`tuner.scheduler_state.SchedulerStateCallback`).
     """
     s = spec.scheduler
     if s.type == "fifo":
         return FIFOScheduler()
     if s.type == "asha":
-        return ASHAScheduler(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
-                             reduction_factor=s.reduction_factor, brackets=s.brackets,
-                             stop_last_trials=s.stop_last_trials)
+        return _ASHA(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
+                     reduction_factor=s.reduction_factor, brackets=s.brackets, stop_last_trials=s.stop_last_trials)
     if s.type == "hyperband" or s.type == "bohb":
         cls = _HyperBand if s.type == "hyperband" else _HyperBandForBOHB
         return cls(time_attr=s.time_attr, max_t=spec.scheduler_max_t, reduction_factor=s.reduction_factor,
                    stop_last_trials=s.stop_last_trials)
-    return MedianStoppingRule(time_attr=s.time_attr, grace_period=s.grace_period,
-                              min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
+    return _MedianStoppingRule(time_attr=s.time_attr, grace_period=s.grace_period,
+                               min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
+
+
+class _ASHA(KeepsState, ASHAScheduler):
+    """Ray's ``ASHAScheduler`` (Li et al., MLSys 2020), whose rungs survive a resume (:mod:`tuner.scheduler_state`)."""
+
+
+class _MedianStoppingRule(KeepsState, MedianStoppingRule):
+    """Ray's ``MedianStoppingRule`` (Golovin et al., KDD 2017), whose history survives a resume
+    (:mod:`tuner.scheduler_state`)."""
 
 
 class _NeverWaitForever:
@@ -135,11 +146,11 @@ class _NeverWaitForever:
       the experiment waits forever ("No trial is running and no new trial has been
       started"). Seen in tests/test_engine.py's Hyperband test under load. This stops
       them, as ``_process_bracket`` does for a finished bracket.
-    * After ``tuner resume``, the brackets are new (Ray does not save a scheduler with
-      the experiment) and the restored PAUSED trials sit in them with nothing to unpause
-      them: no trial runs and none starts. When Ray's own choice finds no trial to run
-      while none runs, the paused trial with the fewest iterations goes on from its
-      checkpoint, so the experiment always progresses (to its next rung, or its end).
+    * When Ray's own choice finds no trial to run while none runs (before tuner kept the
+      scheduler's state across a resume, a resumed experiment's PAUSED trials sat in new
+      brackets with nothing to unpause them; a folder from that tuner still resumes so),
+      the paused trial with the fewest iterations goes on from its checkpoint, so the
+      experiment always progresses (to its next rung, or its end).
 
     The brackets, the controller and the unpausing are Ray's internals
     (:mod:`tuner.ray_internals`).
@@ -176,11 +187,11 @@ class _NeverWaitForever:
         return chosen
 
 
-class _HyperBand(_NeverWaitForever, HyperBandScheduler):
+class _HyperBand(KeepsState, _NeverWaitForever, HyperBandScheduler):
     """Ray's ``HyperBandScheduler`` (Li et al., JMLR 2018); see the base class for the fixes."""
 
 
-class _HyperBandForBOHB(_NeverWaitForever, HyperBandForBOHB):
+class _HyperBandForBOHB(KeepsState, _NeverWaitForever, HyperBandForBOHB):
     """Ray's ``HyperBandForBOHB`` (Falkner et al., ICML 2018); see the base class for the fixes."""
 
 

@@ -484,6 +484,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     from tuner.cluster import cluster_resources, link_ray_logs, ray_session
     from tuner.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
     from tuner.resources import check_fits, one_live_trial_note, trials_that_fit
+    from tuner.scheduler_state import KeepsState, SchedulerStateCallback
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, checkpoint_config, driver_request, reuse_actors
 
@@ -522,6 +523,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             if note:
                 echo(f"tuner: note: {note}")
         searcher = build_searcher(spec, max_concurrent)
+        scheduler = build_scheduler(spec)
         basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
             tune.with_resources(build_trainable(fn, spec, prepared.location), driver_request(spec)),
@@ -530,7 +532,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 metric=spec.metric,
                 mode=spec.mode,
                 search_alg=searcher,
-                scheduler=build_scheduler(spec),
+                scheduler=scheduler,
                 num_samples=spec.num_samples,
                 # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
                 max_concurrent_trials=None if basic else max_concurrent,
@@ -546,6 +548,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 progress_reporter=reporting.build_reporter(spec),
                 callbacks=[*reporting.build_callbacks(spec, path if prepared.remote else None), abort,
                            reporting.StopOnFullDisk(), PlacementGroupReleaser(prepared.location),
+                           # The same scheduler object: it is saved with the experiment, for a resume.
+                           *([SchedulerStateCallback(scheduler)] if isinstance(scheduler, KeepsState) else []),
                            # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).
                            *([] if prepared.remote else [StateSnapshots(path)])],
                 verbose=1 if spec.reporting.cli.enabled else 0,
@@ -834,8 +838,9 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
 
     Finished trials stay as they are; unfinished ones continue from their latest
     checkpoints; the searcher and scheduler state come back from the experiment
-    folder. ``resume_errored`` continues errored trials from their checkpoints,
-    ``restart_errored`` starts them over.
+    folder (the scheduler's: :mod:`tuner.scheduler_state`, which says when it cannot).
+    ``resume_errored`` continues errored trials from their checkpoints, ``restart_errored``
+    starts them over.
 
     Returns:
         tuner.results.TuneResult for the whole experiment.
@@ -849,6 +854,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     from tuner import reporting
     from tuner.cluster import link_ray_logs, ray_session
     from tuner.failures import ExperimentLock, reopen_searcher, restore_state_snapshot
+    from tuner.scheduler_state import saved_state_note
     from tuner.storage import display
     from tuner.space import to_ray_space
     from tuner.trainable import build_trainable, driver_request
@@ -871,6 +877,9 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
                  + (f" (local mirror: {path})" if prepared.remote else ""))
             if restored_from:
                 echo(f"tuner: the newest experiment state was unreadable; resumed from the snapshot {restored_from}")
+            lost = saved_state_note(path, spec.scheduler.type)
+            if lost:
+                echo(f"tuner: note: {lost}")
         tuner = tune.Tuner.restore(
             prepared.location,
             trainable=tune.with_resources(build_trainable(prepared.trainable, spec, prepared.location),

@@ -28,7 +28,8 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "LOCK_FILE", "STATE_SNAPSHOT_DIR", "BUDGET_SPENT", "TIMEOUT_MARKER", "PLACEMENT_GROUP_FILE",
            "RAY_LOGS_LINK", "HPARAMS_EVENTS_PREFIX", "HPARAMS_EVENTS_SUFFIX", "EVENTS_GLOB", "TMP_SUFFIX",
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
-           "SEARCH_GEN_STATE", "SEARCHER_STATE", "PARAMS_FILE", "RESULT_FILE", "ERROR_FILE", "CHECKPOINT_PREFIX",
+           "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
+           "ERROR_FILE", "CHECKPOINT_PREFIX",
            "trial_folder_name", "trial_id_of_folder"]
 
 # --------------------------------------------------------------------------- tuner's records
@@ -87,6 +88,11 @@ BASIC_VARIANT_STATE = "basic-variant-state-{}.json"
 SEARCH_GEN_STATE = "search_gen_state-{}.json"
 #: A searcher's own state, pickled (``Searcher.CKPT_FILE_TMPL``).
 SEARCHER_STATE = "searcher-state-{}.pkl"
+#: The callbacks' states, pickled (``CallbackList.CKPT_FILE_TMPL``); tuner's scheduler state is one
+#: (:mod:`tuner.scheduler_state`).
+CALLBACK_STATE = "callback-states-{}.pkl"
+#: Every callback state file in a folder (the newest sorts last).
+CALLBACK_STATE_GLOB = CALLBACK_STATE.format("*")
 
 # --------------------------------------------------------------------------- trial folders
 

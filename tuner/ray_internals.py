@@ -31,7 +31,7 @@ __all__ = [
     "reopen_basic_variant_state", "reopen_search_generator_state", "bohb_state", "save_searcher_state",
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
-    "controller_trials", "controller_stop_trial",
+    "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
     # the Ray process, the cluster and its jobs
@@ -389,6 +389,29 @@ def controller_trials(tune_controller: Any) -> list:
 def controller_stop_trial(tune_controller: Any, trial: Any) -> None:
     """Stop a trial for good: ``TuneController.stop_trial(trial)`` (Ray 2.60), as Ray's schedulers do."""
     tune_controller.stop_trial(trial)
+
+
+def controller_set_status(tune_controller: Any, trial: Any, status: str) -> None:
+    """Set a trial's status the way the controller tracks it: ``TuneController._set_trial_status`` (Ray 2.60;
+    whitelisted for schedulers, PBT uses it). For :class:`tuner.scheduler_state.KeepsState` (a trial that
+    was PAUSED when the state was saved, which ``TuneController._requeue_restored_trials`` re-adds as PENDING)."""
+    tune_controller._set_trial_status(trial, status)
+
+
+def is_trial(obj: Any) -> bool:
+    """Whether ``obj`` is a Ray Tune ``Trial`` (``ray.tune.experiment.Trial``, Ray 2.60)."""
+    from ray.tune.experiment import Trial
+
+    return isinstance(obj, Trial)
+
+
+def is_checkpoint_in_flight(obj: Any) -> bool:
+    """Whether ``obj`` is a checkpoint still being saved: ``ray.train._internal.session._FutureTrainingResult``
+    (Ray 2.60), which PBT keeps as a trial's ``last_checkpoint`` until it resolves. For
+    :mod:`tuner.scheduler_state` (it holds an object reference, which cannot be saved)."""
+    from ray.train._internal.session import _FutureTrainingResult
+
+    return isinstance(obj, _FutureTrainingResult)
 
 
 # --------------------------------------------------------------------------- reporters and logger callbacks
