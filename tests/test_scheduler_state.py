@@ -189,3 +189,20 @@ def test_scheduler_state_survives_sigkill_and_resume(ray_local, tmp_path, case):
         for bracket in paused_brackets:
             assert any(bracket <= b for b in after), "a paused trial resumed in its own bracket"
 
+
+
+def test_a_resume_without_a_saved_scheduler_state_says_so(ray_local, tmp_path):
+    """A folder without tuner's scheduler state (an older tuner's): the resume says that the scheduler starts
+    afresh, and says nothing when the state is there."""
+    from tuner.engine import prepare_resume, resume_prepared
+
+    exp = run_reference(tmp_path, "asha")
+    said: list[str] = []
+    resume_prepared(prepare_resume(exp), echo=said.append)
+    assert not [line for line in said if "scheduler starts afresh" in line], said
+    for file in exp.glob(CALLBACK_STATE_GLOB):
+        file.unlink()
+    said.clear()
+    resume_prepared(prepare_resume(exp), echo=said.append)
+    assert [line for line in said if line.startswith("tuner: note: ") and "asha scheduler" in line
+            and "starts afresh" in line], said
