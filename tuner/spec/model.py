@@ -246,7 +246,8 @@ class Spec(_Model):
     def _check_population(self) -> None:
         """PBT/PB2: a random or grid population, mutations and bounds of parameters that exist (numeric
         ones for PB2), a perturbation inside the run, a checkpoint at every perturbation."""
-        s, algo = self.scheduler, self.search.algorithm
+        s: Any = self.scheduler  # a PBTScheduler or a PB2Scheduler
+        algo = self.search.algorithm
         if algo not in ("random", "grid"):
             raise _fail("search.algorithm", f"scheduler {s.type} seeds its population with random or grid search "
                         f"and then changes the configs itself, but got search {algo!r} (Ray refuses a model-based "
