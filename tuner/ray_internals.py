@@ -22,7 +22,8 @@ from tuner.layout import CHECKPOINT_PREFIX
 __all__ = [
     "CHECKED_RAY_VERSION",
     # the trial's process
-    "tune_session", "guard_session_report", "trial_id_in_config", "in_tune_session", "TRAIN_CHECKPOINT_DIR",
+    "tune_session", "guard_session_report", "report_train_checkpoints", "trial_id_in_config", "in_tune_session",
+    "TRAIN_CHECKPOINT_DIR",
     "placement_group",
     # Ray Tune's trials, experiment state and results
     "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
@@ -79,6 +80,38 @@ def guard_session_report(check: Callable[[dict], None]) -> None:
         return original(metrics, *args, **kwargs)
 
     session._tuner_unguarded_report = original
+    session.report = report
+
+
+def report_train_checkpoints(filesystem: Any = None) -> None:
+    """Make the Ray Train checkpoints of this DDP trial's driver Tune checkpoints too.
+
+    Ray 2.60's ``ray.tune.integration.ray_train.TuneReportCallback`` hands Tune only the
+    metrics of a Train report, with the checkpoint's path under ``checkpoint_path``
+    (``CHECKPOINT_PATH_KEY``), and the driver's session reports them through
+    ``_TrainSession.report(metrics)``: the Tune trial then has no checkpoint, and PBT/PB2 cannot
+    clone it. This wraps the session's ``report`` (as :func:`guard_session_report` does) so that
+    such metrics are reported with ``Checkpoint(path, filesystem)``, which Tune copies into the
+    trial's folder. Once per session; nothing happens outside a trial.
+
+    Args:
+        filesystem: The ``pyarrow.fs`` filesystem of the experiment's storage; None for a local one.
+    """
+    from ray.tune import Checkpoint
+    from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
+
+    session = tune_session()
+    if session is None or getattr(session, "_tuner_reports_train_checkpoints", False):
+        return
+    original = session.report
+
+    def report(metrics, checkpoint=None):
+        path = metrics.get(CHECKPOINT_PATH_KEY) if checkpoint is None else None
+        if path:
+            checkpoint = Checkpoint(path, filesystem=filesystem) if filesystem is not None else Checkpoint(path)
+        return original(metrics, checkpoint=checkpoint)
+
+    session._tuner_reports_train_checkpoints = True
     session.report = report
 
 
