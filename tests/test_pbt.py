@@ -1,0 +1,106 @@
+"""PBT and PB2 from the spec, on real Ray, with a toy where exploitation shows (tests.trainables:accumulates).
+
+Two trials, x = 0.1 and x = 1.0; each adds x to a running total every iteration (score, mode max) and keeps
+the total in its checkpoint, with its x. ``synch: true`` and ``quantile_fraction: 0.5``: at iteration 2 both
+trials are compared, the x = 1.0 trial is the top one and the x = 0.1 trial the bottom one, which restarts
+from the top trial's checkpoint (total 2.0, written by x = 1.0) with the top trial's x perturbed (x 0.8 or
+x 1.2; ``resample_probability: 0``). Each trial reports what it restored (``restored_x``, ``restored_total``),
+so the exploit is seen in the bottom trial's results: the top trial's state, and a config from the top trial.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tuner import tune_model
+
+SPEC = {
+    "name": "pbt",
+    "trainable": "tests.trainables:accumulates",
+    "metric": "score",
+    "mode": "max",
+    "seed": 0,
+    "num_samples": 1,
+    "stop": {"training_iteration": 4},
+    "param_space": {"x": {"type": "grid", "values": [0.1, 1.0]}, "epochs": 4},
+    "search": {"algorithm": "grid"},
+    "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5, "resample_probability": 0,
+                  "synch": True, "mutations": {"x": {"type": "uniform", "low": 0, "high": 10}}},
+    "resources": {"cpu": 1},
+    "reporting": {"cli": False, "tensorboard": False},
+}
+
+
+def histories(experiment: Path) -> dict[float, list[dict]]:
+    """Every trial's results (its result.json), by the x it started with."""
+    out = {}
+    for folder in experiment.iterdir():
+        if (folder / "result.json").is_file():
+            rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+            out[rows[0]["x"]] = rows
+    return out
+
+
+def check_exploited(experiment: Path) -> list[dict]:
+    """The x = 0.1 trial was cloned from the x = 1.0 trial at iteration 2, and went on with a perturbed x;
+    the x = 1.0 trial only ever restored its own state. Returns the bottom trial's results after the exploit."""
+    runs = histories(experiment)
+    assert sorted(runs) == [0.1, 1.0], runs.keys()
+    top, bottom = runs[1.0], runs[0.1]
+    assert [r["training_iteration"] for r in top] == [1, 2, 3, 4]
+    assert all(r["x"] == 1.0 and r["restored_x"] in (-1.0, 1.0) for r in top), top
+    before = [r for r in bottom if r["training_iteration"] <= 2]
+    after = [r for r in bottom if r["training_iteration"] > 2]
+    assert [r["x"] for r in before] == [0.1, 0.1] and all(r["restored_x"] == -1.0 for r in before), bottom
+    assert after and after[-1]["training_iteration"] == 4, bottom
+    assert all(r["restored_x"] == 1.0 and r["restored_total"] == pytest.approx(2.0) for r in after), \
+        f"the bottom trial restarted from the top trial's checkpoint: {after}"
+    new = after[0]["x"]
+    assert all(r["x"] == new for r in after)
+    assert any(new == pytest.approx(f) for f in (0.8, 1.2)), f"the top trial's x, perturbed by 0.8 or 1.2: {new}"
+    assert after[0]["score"] == pytest.approx(2.0 + new), "the restored total goes on growing by the new x"
+    return after
+
+
+def test_pbt_exploits_a_function_trainable(ray_local, tmp_path, make_spec):
+    """A train function checkpointing through tuner.trial.report: the bottom trial restarts from the top
+    trial's checkpoint (tuner.trial.get_checkpoint) with the top trial's config, perturbed."""
+    result = tune_model(make_spec(SPEC))
+    check_exploited(Path(result.experiment_path))
+    assert set(result.dataframe["status"]) == {"TERMINATED"}
+
+
+def test_pbt_exploits_a_class_trainable_and_reuses_its_actor(ray_local, tmp_path, make_spec):
+    """A ray.tune.Trainable with save/load_checkpoint and reset_config: the exploit reloads the top trial's
+    checkpoint into the bottom trial's actor, reset to the new config (actor reuse)."""
+    from tests.trainables import Accumulates
+
+    result = tune_model(make_spec(SPEC, trainable=None), trainable=Accumulates)
+    after = check_exploited(Path(result.experiment_path))
+    assert after[0]["resets"] >= 1, "the bottom trial's actor was reset to the new config, not restarted"
+
+
+def test_pb2_exploits_within_bounds(ray_local, tmp_path, make_spec):
+    """PB2 (scikit-learn's GP): the bottom trial restarts from the top trial's checkpoint with an x that PB2
+    chose inside bounds."""
+    scheduler = {"type": "pb2", "perturbation_interval": 2, "quantile_fraction": 0.5, "synch": True,
+                 "bounds": {"x": [0.0, 10.0]}}
+    result = tune_model(make_spec(SPEC, scheduler=scheduler, name="pb2"))
+    runs = histories(Path(result.experiment_path))
+    after = [r for r in runs[0.1] if r["training_iteration"] > 2]
+    assert after and all(r["restored_x"] == 1.0 and r["restored_total"] == pytest.approx(2.0) for r in after), after
+    assert 0.0 <= after[0]["x"] <= 10.0 and after[0]["x"] != 0.1
+
+
+@pytest.mark.slow
+def test_pbt_restarts_a_ddp_trial_from_the_top_trial(ray_local, tmp_path, make_spec):
+    """A DDP trial (2 gloo workers): the bottom trial's whole worker group restarts from the top trial's
+    checkpoint, and every rank gets the new config and the restored state."""
+    result = tune_model(make_spec(SPEC, trainable="tests.trainables:accumulates_ddp",
+                                  resources={"workers": 2, "cpu_per_worker": 0.5}))
+    after = check_exploited(Path(result.experiment_path))
+    for row in after:
+        assert row["world_size"] == 2
+        ranks = json.loads(row["ranks"])
+        assert ranks == [[row["x"], 1.0, pytest.approx(2.0)]] * 2, f"every rank: new x, top trial's state: {ranks}"
