@@ -104,3 +104,33 @@ def test_pbt_restarts_a_ddp_trial_from_the_top_trial(ray_local, tmp_path, make_s
         assert row["world_size"] == 2
         ranks = json.loads(row["ranks"])
         assert ranks == [[row["x"], 1.0, pytest.approx(2.0)]] * 2, f"every rank: new x, top trial's state: {ranks}"
+
+
+@pytest.mark.slow
+def test_pbt_population_survives_sigkill_and_resume(ray_local, tmp_path, make_spec):
+    """SIGKILL after the exploit at iteration 2, with both trials held before iteration 3; resume: the
+    population comes back (each trial's last perturbation time, the count of perturbations), and the
+    experiment ends with the population of the uninterrupted reference. A scheduler that started afresh
+    would perturb both trials again at iteration 3 (their last perturbation time 0, not 2)."""
+    from tests.test_scheduler_state import kill_while_held, resume, saved_scheduler
+
+    def population(exp: Path) -> tuple[list, int]:
+        state = saved_scheduler(exp)
+        return sorted(s.last_perturbation_time for s in state["_trial_state"].values()), state["_num_perturbations"]
+
+    gate = tmp_path / "gate"
+    config = {"gate": str(gate), "hold_at": 2}
+    space = {**SPEC["param_space"], **config}
+    (tmp_path / "open").touch()
+    tune_model(make_spec(SPEC, name="reference", param_space={**space, "gate": str(tmp_path / "open")}))
+    reference = population(tmp_path / "reference")
+    assert reference == ([2, 2], 1), reference
+
+    exp = tmp_path / "killed"
+    before = kill_while_held(make_spec(SPEC, name="killed", param_space=space, file="killed.yaml"), exp, gate)
+    assert "RUNNING" in before.values(), before
+    assert population(exp) == reference, "killed after the exploit, before the next perturbation"
+    gate.touch()
+    resume(exp)
+    check_exploited(exp)
+    assert population(exp) == reference
