@@ -134,3 +134,25 @@ def test_pbt_population_survives_sigkill_and_resume(ray_local, tmp_path, make_sp
     resume(exp)
     check_exploited(exp)
     assert population(exp) == reference
+
+
+def test_pbt_refuses_a_class_trainable_without_checkpoints(tmp_path, make_spec, run_cli):
+    """A class trainable without save_checkpoint/load_checkpoint has nothing to clone: `tuner validate`
+    refuses it before anything starts (exit 2, the field and why)."""
+    spec = make_spec(SPEC, trainable="tests.trainables:NoCheckpoints", file="spec.yaml")
+    proc = run_cli("validate", spec)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"tuner: error: {spec}:19:9: scheduler.type: scheduler pbt restarts a trial of the bottom quantile from the "
+        "checkpoint of a top trial (exploit), but NoCheckpoints does not implement save_checkpoint and "
+        "load_checkpoint, so it has no checkpoint to clone; implement them (and reset_config, so that Ray reuses "
+        "the actor).\n")
+
+
+def test_pbt_says_when_a_trial_has_no_checkpoint_to_clone(ray_local, tmp_path, make_spec, capfd):
+    """A train function that never passes checkpoint_dir: PBT cannot exploit, and the console says why, once."""
+    tune_model(make_spec(SPEC, trainable="tests.trainables:quadratic", name="nockpt",
+                         param_space={"x": SPEC["param_space"]["x"], "epochs": 4}))
+    err = capfd.readouterr().err
+    assert err.count("tuner: note: pbt could not exploit trial") == 1, err[-3000:]
+    assert "pass checkpoint_dir= to tuner.trial.report" in err
