@@ -243,7 +243,7 @@ class PlacementGroupReleaser(Callback):
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         paused = getattr(self, "_paused", None)
         if paused is None:
-            paused = self._paused = set()
+            paused = self._paused = set[str]()
         for trial in trials:
             if trial.status == "PAUSED":
                 if trial.trial_id not in paused:
