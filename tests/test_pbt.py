@@ -91,6 +91,29 @@ def test_pb2_exploits_within_bounds(ray_local, tmp_path, make_spec):
     after = [r for r in runs[0.1] if r["training_iteration"] > 2]
     assert after and all(r["restored_x"] == 1.0 and r["restored_total"] == pytest.approx(2.0) for r in after), after
     assert 0.0 <= after[0]["x"] <= 10.0 and after[0]["x"] != 0.1
+    # PB2's state as saved with the experiment for a resume (tuner.scheduler_state): the population, with
+    # trial ids for its trials, and the GP's data.
+    from tests.test_scheduler_state import saved_scheduler
+
+    state = saved_scheduler(Path(result.experiment_path))
+    assert sorted(state["_trial_state"]) == sorted(result.dataframe["trial_id"])
+    assert state["_num_perturbations"] >= 1 and len(state["data"]) >= 2
+
+
+def test_plan_lines(make_spec):
+    """`tuner validate` shows the interval, the quantile and each mutation (pbt) or bound (pb2)."""
+    from tuner.algorithms import describe_search
+    from tuner.spec import load_spec
+
+    assert describe_search(load_spec(make_spec(SPEC)))[1:] == [
+        "scheduler:  pbt (PopulationBasedTraining), synchronous, perturbation every 2 iterations, quantile 0.5, "
+        "resample probability 0",
+        "            mutate x: uniform [0, 10] (x0.8 or x1.2, or resampled)"]
+    space = {"lr": {"type": "loguniform", "low": 1e-4, "high": 0.1}, "act": {"type": "choice", "values": ["a", "b"]}}
+    assert describe_search(load_spec(make_spec(SPEC, param_space=space, search={"algorithm": "random"},
+                                               scheduler={"type": "pb2"})))[1:] == [
+        "scheduler:  pb2 (PB2, GP-UCB explore), asynchronous, perturbation every 4 iterations, quantile 0.25",
+        "            bound lr: [0.0001, 0.1]"]
 
 
 @pytest.mark.slow
