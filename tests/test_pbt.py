@@ -111,8 +111,8 @@ def test_plan_lines(make_spec):
         "            mutate x: uniform [0, 10] (x0.8 or x1.2, or resampled)"]
     space = {"lr": {"type": "loguniform", "low": 1e-4, "high": 0.1}, "act": {"type": "choice", "values": ["a", "b"]}}
     assert describe_search(load_spec(make_spec(SPEC, param_space=space, search={"algorithm": "random"},
-                                               scheduler={"type": "pb2"})))[1:] == [
-        "scheduler:  pb2 (PB2, GP-UCB explore), asynchronous, perturbation every 4 iterations, quantile 0.25",
+                                               scheduler={"type": "pb2", "perturbation_interval": 2})))[1:] == [
+        "scheduler:  pb2 (PB2, GP-UCB explore), asynchronous, perturbation every 2 iterations, quantile 0.25",
         "            bound lr: [0.0001, 0.1]"]
 
 
