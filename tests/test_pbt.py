@@ -23,7 +23,10 @@ SPEC = {
     "seed": 0,
     "num_samples": 1,
     "stop": {"training_iteration": 4},
-    "param_space": {"x": {"type": "grid", "values": [0.1, 1.0]}, "epochs": 4},
+    # More epochs than the stop: a trial ends by `stop` while its function still runs. (A function that
+    # returned at the stop left its reused actor with Ray's end-of-function result, which once ended the
+    # next trial on that actor, restored from a checkpoint, after one result: 2 of 3 resume runs under load.)
+    "param_space": {"x": {"type": "grid", "values": [0.1, 1.0]}, "epochs": 10},
     "search": {"algorithm": "grid"},
     "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5, "resample_probability": 0,
                   "synch": True, "mutations": {"x": {"type": "uniform", "low": 0, "high": 10}}},
@@ -180,7 +183,7 @@ def test_pbt_refuses_a_class_trainable_without_checkpoints(tmp_path, make_spec, 
 def test_pbt_says_when_a_trial_has_no_checkpoint_to_clone(ray_local, tmp_path, make_spec, capfd):
     """A train function that never passes checkpoint_dir: PBT cannot exploit, and the console says why, once."""
     tune_model(make_spec(SPEC, trainable="tests.trainables:quadratic", name="nockpt",
-                         param_space={"x": SPEC["param_space"]["x"], "epochs": 4}))
+                         param_space={"x": SPEC["param_space"]["x"], "epochs": 10}))
     err = capfd.readouterr().err
     assert err.count("tuner: note: pbt could not exploit trial") == 1, err[-3000:]
     assert "pass checkpoint_dir= to tuner.trial.report" in err

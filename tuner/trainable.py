@@ -290,7 +290,8 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
 
     trial_dir = join(experiment_path, trial_folder_name(_name(fn), ctx.get_trial_id()))
     config = plain(config)
-    run_name, resume_from = _train_run(trial_dir, ctx.get_trial_id(), experiment_path)
+    run_name, resume_from = _train_run(trial_dir, ctx.get_trial_id(), experiment_path,
+                                       trial_folder_name(_name(fn), ctx.get_trial_id()))
     if spec.scheduler.type in POPULATION_SCHEDULERS:  # PBT/PB2 clone a trial's Tune checkpoint
         from tuner.ray_internals import report_train_checkpoints
         from tuner.storage import filesystem, is_remote
@@ -329,7 +330,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
             resume_from = _newest_checkpoint(join(trial_dir, run_name)) or resume_from
 
 
-def _train_run(trial_dir: str, trial_id: str, experiment_path: str) -> tuple[str, str | None]:
+def _train_run(trial_dir: str, trial_id: str, experiment_path: str, folder: str) -> tuple[str, str | None]:
     """The Ray Train run a DDP trial's driver starts, and the checkpoint its workers start from.
 
     The trial's newest run (:func:`tuner.layout.train_run_name`) goes on from its own latest
@@ -340,6 +341,12 @@ def _train_run(trial_dir: str, trial_id: str, experiment_path: str) -> tuple[str
     starts, and every worker gets the top trial's checkpoint from
     :func:`tuner.trial.get_checkpoint` (``TrialOptions.resume_checkpoint``; Ray Train V2 has
     no ``resume_from_checkpoint``).
+
+    Args:
+        trial_dir: The trial's folder (path or URI).
+        trial_id: Ray's trial id.
+        experiment_path: The experiment folder (path or URI).
+        folder: The name of the trial's folder in the experiment.
 
     Returns:
         ``(run name, checkpoint folder or URI to start from, or None)``.
@@ -355,7 +362,7 @@ def _train_run(trial_dir: str, trial_id: str, experiment_path: str) -> tuple[str
     if checkpoint is None:
         return train_run_name(trial_id, newest), None
     trial_folder, name = checkpoint.path.rstrip("/").split("/")[-2:]
-    if trial_folder == trial_dir.rstrip("/").split("/")[-1]:
+    if trial_folder == folder:
         return train_run_name(trial_id, newest), None  # its own: the run restores itself
     return train_run_name(trial_id, newest + 1), join(experiment_path, trial_folder, name)
 
