@@ -55,7 +55,9 @@ def check_exploited(experiment: Path) -> list[dict]:
     assert all(r["x"] == 1.0 and r["restored_x"] in (-1.0, 1.0) for r in top), top
     before = [r for r in bottom if r["training_iteration"] <= 2]
     after = [r for r in bottom if r["training_iteration"] > 2]
-    assert [r["x"] for r in before] == [0.1, 0.1] and all(r["restored_x"] == -1.0 for r in before), bottom
+    # (The bottom trial's result at iteration 2, the one that made it exploit, is sometimes not logged: Ray
+    # pauses the trial for the exploit while it processes that result; seen with DDP trials.)
+    assert before and all(r["x"] == 0.1 and r["restored_x"] == -1.0 for r in before), bottom
     assert after and after[-1]["training_iteration"] == 4, bottom
     assert all(r["restored_x"] == 1.0 and r["restored_total"] == pytest.approx(2.0) for r in after), \
         f"the bottom trial restarted from the top trial's checkpoint: {after}"
