@@ -90,7 +90,10 @@ def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Restore from the trial's latest checkpoint, if any (on every rank).
 
     Tensors are loaded straight onto ``trial.device()``. A checkpoint saved from a
-    DDP-wrapped model's own ``state_dict`` (keys prefixed ``module.``) loads too.
+    DDP-wrapped model's own ``state_dict`` (keys prefixed ``module.``) loads too. The
+    optimizer's state (momentum buffers) comes from the checkpoint, but its hyperparameters
+    (``lr``, ``momentum``, ...) stay the ones it was built with from the config: under PBT/PB2
+    a trial restarts from another trial's checkpoint with a new config, whose values must win.
 
     Args:
         model: The network, possibly DDP-wrapped; loaded in place.
@@ -105,7 +108,10 @@ def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     state = torch.load(os.path.join(folder, CHECKPOINT_FILE), map_location=trial.device(), weights_only=True)
     consume_prefix_in_state_dict_if_present(state["model"], "module.")
     unwrap(model).load_state_dict(state["model"])
+    hyperparameters = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     optimizer.load_state_dict(state["optimizer"])
+    for group, kept in zip(optimizer.param_groups, hyperparameters):
+        group.update(kept)
     return int(state["epoch"])
 
 

@@ -70,3 +70,19 @@ def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli):
     s = summary(tmp_path / "runs" / "cifar-tutorial")
     assert s["trials"] == {"total": 2, "by_status": {"TERMINATED": 2}}
     assert {"l1", "l2", "lr", "batch_size"} <= set(s["best"]["config"])
+
+
+def test_pbt_spec_runs_and_exploits(ray_local, tmp_path):
+    """search_spaces/mnist_pbt.yaml runs as is (a smaller slice of the data, 4 epochs, synchronous so that the
+    perturbation at epoch 2 always happens): every trial ends, and the worst trial was cloned from the best
+    (the saved population counts the exploit)."""
+    from tests.test_scheduler_state import saved_scheduler
+    from tuner import tune_model
+
+    tune_model(ROOT / "search_spaces" / "mnist_pbt.yaml", storage=str(tmp_path), stop={"training_iteration": 4},
+               scheduler={"synch": True}, param_space={"limit_train": 400, "limit_val": 200, "epochs": 4})
+    exp = tmp_path / "mnist-pbt"
+    s = summary(exp)
+    assert s["trials"] == {"total": 4, "by_status": {"TERMINATED": 4}}
+    assert saved_scheduler(exp)["_num_perturbations"] >= 1, "a trial was exploited"
+    assert_best_is_the_tables_best_row(exp, s)

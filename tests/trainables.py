@@ -484,3 +484,107 @@ def held_until_gate(config):
                 time.sleep(0.1)
     for epoch in range(start, int(config["epochs"])):
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch}, checkpoint_dir=_epoch_checkpoint(epoch))
+
+
+# --------------------------------------------------------------------------- PBT toys (tests/test_pbt.py)
+
+
+def _pbt_state() -> dict:
+    """The state in the trial's checkpoint: ``{"epoch", "total", "x"}`` (x: the config of the trial that
+    wrote it), or a fresh one with ``epoch`` -1 and ``x`` None."""
+    ckpt = trial.get_checkpoint()
+    if not ckpt:
+        return {"epoch": -1, "total": 0.0, "x": None}
+    with open(os.path.join(ckpt, "state.json")) as f:
+        return json.load(f)
+
+
+def _pbt_checkpoint(state: dict):
+    if not trial.is_main_process():
+        return None
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump(state, f)
+    return folder
+
+
+def _pbt_hold(config: dict, epoch: int) -> None:
+    """With ``config['gate']``: before epoch ``config['hold_at']``, touch ``<gate>.held`` and wait for the
+    file ``<gate>``."""
+    import time
+
+    gate = config.get("gate")
+    if gate and epoch == int(config.get("hold_at", -1)) and not os.path.exists(gate):
+        open(gate + ".held", "w").close()
+        while not os.path.exists(gate):
+            time.sleep(0.1)
+
+
+def accumulates(config):
+    """PBT's toy: ``score`` grows by ``config['x']`` each iteration, and the running total is the state
+    kept in the checkpoint (with the x of the trial that wrote it). A trial restored from a checkpoint
+    reports what it restored: ``restored_x`` (-1 without) and ``restored_total``; so after an exploit the
+    bottom trial shows the top trial's x and total, and its own new x."""
+    state = _pbt_state()
+    restored_x = -1.0 if state["x"] is None else state["x"]
+    restored_total = state["total"]
+    total = state["total"]
+    for epoch in range(state["epoch"] + 1, int(config["epochs"])):
+        _pbt_hold(config, epoch)
+        total += config["x"]
+        trial.report({"score": total, "epoch": epoch, "x": config["x"], "restored_x": restored_x,
+                      "restored_total": restored_total},
+                     checkpoint_dir=_pbt_checkpoint({"epoch": epoch, "total": total, "x": config["x"]}))
+
+
+def accumulates_ddp(config):
+    """:func:`accumulates` as a DDP trial: every rank keeps the total, restores it from the checkpoint, and
+    rank 0 reports what each rank holds (``ranks``: JSON ``[[x, restored_x, restored_total], ...]``)."""
+    import torch.distributed as dist
+
+    state = _pbt_state()
+    restored_x = -1.0 if state["x"] is None else state["x"]
+    restored_total = state["total"]
+    total = state["total"]
+    for epoch in range(state["epoch"] + 1, int(config["epochs"])):
+        total += config["x"]
+        mine = [config["x"], restored_x, restored_total]
+        ranks = [None] * trial.world_size()
+        if trial.world_size() > 1:
+            dist.all_gather_object(ranks, mine)
+        else:
+            ranks = [mine]
+        trial.report({"score": total, "epoch": epoch, "x": config["x"], "restored_x": restored_x,
+                      "restored_total": restored_total, "world_size": trial.world_size(),
+                      "ranks": json.dumps(ranks)},
+                     checkpoint_dir=_pbt_checkpoint({"epoch": epoch, "total": total, "x": config["x"]}))
+
+
+class Accumulates(_tune.Trainable):
+    """:func:`accumulates` as a class trainable, with ``reset_config`` (so PBT reuses its actor) and
+    ``resets`` reported: how often its actor was reset for a new config."""
+
+    def setup(self, config):
+        self.state = {"epoch": -1, "total": 0.0, "x": None}
+        self.restored_x, self.restored_total, self.resets = -1.0, 0.0, 0
+
+    def step(self):
+        x = self.config["x"]
+        self.state = {"epoch": self.state["epoch"] + 1, "total": self.state["total"] + x, "x": x}
+        return {"score": self.state["total"], "epoch": self.state["epoch"], "x": x, "restored_x": self.restored_x,
+                "restored_total": self.restored_total, "resets": self.resets}
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "state.json"), "w") as f:
+            json.dump(self.state, f)
+
+    def load_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "state.json")) as f:
+            self.state = json.load(f)
+        self.restored_x, self.restored_total = self.state["x"], self.state["total"]
+
+    def reset_config(self, new_config):
+        resets = self.resets
+        self.setup(new_config)
+        self.resets = resets + 1
+        return True

@@ -219,7 +219,9 @@ class PlacementGroupReleaser(Callback):
     outlives it. Ray Train's own cleaner asks the State API (the dashboard) and gives up
     when several Ray instances run on the machine, so the CPUs/GPUs would stay reserved
     and the next trials wait forever. Rank 0 records the group's id in the trial folder;
-    this callback, in the tuner process, removes it at the end of the trial.
+    this callback, in the tuner process, removes it at the end of the trial, and when the
+    trial is PAUSED (Hyperband, PBT/PB2: the driver actor is stopped, and the restarted
+    trial's new worker group would otherwise wait for the CPUs the old group still holds).
 
     Args:
         experiment_path: The experiment folder, or its cloud URI.
@@ -237,6 +239,18 @@ class PlacementGroupReleaser(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         self._release(trial)
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        paused = getattr(self, "_paused", None)
+        if paused is None:
+            paused = self._paused = set[str]()
+        for trial in trials:
+            if trial.status == "PAUSED":
+                if trial.trial_id not in paused:
+                    paused.add(trial.trial_id)
+                    self._release(trial)
+            else:
+                paused.discard(trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         self._release(trial)

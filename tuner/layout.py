@@ -30,7 +30,7 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
            "ERROR_FILE", "CHECKPOINT_PREFIX",
-           "trial_folder_name", "trial_id_of_folder"]
+           "trial_folder_name", "trial_id_of_folder", "train_run_name", "train_run_generation"]
 
 # --------------------------------------------------------------------------- tuner's records
 
@@ -114,6 +114,27 @@ def trial_folder_name(trainable_name: str, trial_id: str) -> str:
         trial_id: Ray's trial id, e.g. ``1a2b3_00004``.
     """
     return f"{trainable_name}_{trial_id}"
+
+
+def train_run_name(trial_id: str, generation: int = 0) -> str:
+    """The Ray Train run of a DDP trial, a folder in its trial folder: ``<trial id>``, and after the
+    ``generation``-th time PBT/PB2 restarted the trial from another trial's checkpoint,
+    ``<trial id>-pbt<generation>`` (a fresh run, which starts from that checkpoint).
+
+    Args:
+        trial_id: Ray's trial id.
+        generation: 0 for the trial's first run, then 1, 2, ...
+    """
+    return trial_id if generation == 0 else f"{trial_id}-pbt{generation}"
+
+
+def train_run_generation(folder_name: str, trial_id: str) -> int | None:
+    """The generation of a DDP trial's Ray Train run folder (see :func:`train_run_name`), or None
+    when the name is not one of the trial's runs."""
+    if folder_name == trial_id:
+        return 0
+    head, sep, tail = folder_name.rpartition("-pbt")
+    return int(tail) if sep and head == trial_id and tail.isdigit() and int(tail) > 0 else None
 
 
 def trial_id_of_folder(folder_name: str) -> str:

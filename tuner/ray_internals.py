@@ -22,7 +22,8 @@ from tuner.layout import CHECKPOINT_PREFIX
 __all__ = [
     "CHECKED_RAY_VERSION",
     # the trial's process
-    "tune_session", "guard_session_report", "trial_id_in_config", "in_tune_session", "TRAIN_CHECKPOINT_DIR",
+    "tune_session", "guard_session_report", "report_train_checkpoints", "trial_id_in_config", "in_tune_session",
+    "TRAIN_CHECKPOINT_DIR",
     "placement_group",
     # Ray Tune's trials, experiment state and results
     "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
@@ -32,6 +33,7 @@ __all__ = [
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
+    "pbt_population", "pbt_perturbations", "watch_skipped_exploits",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
     # the Ray process, the cluster and its jobs
@@ -78,6 +80,38 @@ def guard_session_report(check: Callable[[dict], None]) -> None:
         return original(metrics, *args, **kwargs)
 
     session._tuner_unguarded_report = original
+    session.report = report
+
+
+def report_train_checkpoints(filesystem: Any = None) -> None:
+    """Make the Ray Train checkpoints of this DDP trial's driver Tune checkpoints too.
+
+    Ray 2.60's ``ray.tune.integration.ray_train.TuneReportCallback`` hands Tune only the
+    metrics of a Train report, with the checkpoint's path under ``checkpoint_path``
+    (``CHECKPOINT_PATH_KEY``), and the driver's session reports them through
+    ``_TrainSession.report(metrics)``: the Tune trial then has no checkpoint, and PBT/PB2 cannot
+    clone it. This wraps the session's ``report`` (as :func:`guard_session_report` does) so that
+    such metrics are reported with ``Checkpoint(path, filesystem)``, which Tune copies into the
+    trial's folder. Once per session; nothing happens outside a trial.
+
+    Args:
+        filesystem: The ``pyarrow.fs`` filesystem of the experiment's storage; None for a local one.
+    """
+    from ray.tune import Checkpoint
+    from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
+
+    session = tune_session()
+    if session is None or getattr(session, "_tuner_reports_train_checkpoints", False):
+        return
+    original = session.report
+
+    def report(metrics, checkpoint=None):
+        path = metrics.get(CHECKPOINT_PATH_KEY) if checkpoint is None else None
+        if path:
+            checkpoint = Checkpoint(path, filesystem=filesystem) if filesystem is not None else Checkpoint(path)
+        return original(metrics, checkpoint=checkpoint)
+
+    session._tuner_reports_train_checkpoints = True
     session.report = report
 
 
@@ -373,6 +407,53 @@ def finished_bracket_trials(bracket: Any) -> list:
 def hyperband_unpause(scheduler: Any, tune_controller: Any, trial: Any) -> None:
     """Let a PAUSED trial go on: ``HyperBandScheduler._unpause_trial(tune_controller, trial)`` (Ray 2.60)."""
     scheduler._unpause_trial(tune_controller, trial)
+
+
+def pbt_population(scheduler: Any) -> dict:
+    """A PBT or PB2 scheduler's population: ``{trial: state}`` with ``last_score``,
+    ``last_perturbation_time``, ``last_checkpoint``, ... (``_trial_state`` of Ray 2.60's
+    ``PopulationBasedTraining``, whose values are ``_PBTTrialState``)."""
+    return scheduler._trial_state
+
+
+def pbt_perturbations(scheduler: Any) -> int:
+    """How many exploits a PBT or PB2 scheduler has made (``_num_perturbations`` in Ray 2.60)."""
+    return scheduler._num_perturbations
+
+
+#: What Ray 2.60's ``PopulationBasedTraining._checkpoint_or_exploit`` logs (INFO, logger
+#: ``ray.tune.schedulers.pbt``) when the top trial to clone has no checkpoint and the exploit is skipped.
+_SKIPPED_EXPLOIT = re.compile(r"^\[pbt\]: no checkpoint for trial (\S+)\. Skip exploit for Trial (\S+)")
+
+
+class _SkippedExploits:
+    """A ``logging.Filter`` on Ray's PBT logger that hands each skipped exploit to ``note``."""
+
+    def __init__(self, note: Callable[[str, str], None]):
+        self.note = note
+
+    def filter(self, record: Any) -> bool:
+        found = _SKIPPED_EXPLOIT.match(record.getMessage())
+        if found:
+            self.note(found.group(1), found.group(2))
+        return True
+
+
+def watch_skipped_exploits(note: Callable[[str, str], None]) -> None:
+    """Call ``note(top_trial, bottom_trial)`` whenever PBT (or PB2) skips an exploit because the trial
+    it would clone has no checkpoint (Ray only logs it, at INFO, in ``ray.tune.schedulers.pbt``).
+
+    Replaces the note of an earlier call (one per driver process). The logger's level is set to
+    INFO where it was higher, so that Ray creates the record.
+    """
+    import logging
+
+    log = logging.getLogger("ray.tune.schedulers.pbt")
+    for old in [f for f in log.filters if isinstance(f, _SkippedExploits)]:
+        log.removeFilter(old)
+    log.addFilter(_SkippedExploits(note))
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
 
 
 def scheduler_time_attr(scheduler: Any) -> str:

@@ -29,6 +29,7 @@ from tuner import trial
 from tuner.layout import PLACEMENT_GROUP_FILE, TIMEOUT_MARKER, trial_folder_name
 from tuner.space import plain
 from tuner.spec import Spec, implements, is_class_trainable
+from tuner.spec.sections import POPULATION_SCHEDULERS
 
 __all__ = ["build_trainable", "class_trainable", "checkpoint_config", "reuse_actors", "driver_request",
            "OutOfMemoryBackoffError", "TrialTimeoutError"]
@@ -289,7 +290,13 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
 
     trial_dir = join(experiment_path, trial_folder_name(_name(fn), ctx.get_trial_id()))
     config = plain(config)
-    resume_from = None
+    run_name, resume_from = _train_run(trial_dir, ctx.get_trial_id(), experiment_path,
+                                       trial_folder_name(_name(fn), ctx.get_trial_id()))
+    if spec.scheduler.type in POPULATION_SCHEDULERS:  # PBT/PB2 clone a trial's Tune checkpoint
+        from tuner.ray_internals import report_train_checkpoints
+        from tuner.storage import filesystem, is_remote
+
+        report_train_checkpoints(filesystem(experiment_path)[0] if is_remote(experiment_path) else None)
     while True:
         per_worker = {"CPU": float(res.cpu_per_worker)}
         if use_gpu:
@@ -306,7 +313,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
             ),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
             run_config=ray.train.RunConfig(
-                name=ctx.get_trial_id(),
+                name=run_name,
                 storage_path=trial_dir,
                 callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train V2 UserCallback
                 failure_config=ray.train.FailureConfig(max_failures=spec.failure.max_failures),
@@ -320,7 +327,44 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
             if not (spec.oom_backoff and _is_oom(err)):
                 raise
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
-            resume_from = _newest_checkpoint(join(trial_dir, ctx.get_trial_id())) or resume_from
+            resume_from = _newest_checkpoint(join(trial_dir, run_name)) or resume_from
+
+
+def _train_run(trial_dir: str, trial_id: str, experiment_path: str, folder: str) -> tuple[str, str | None]:
+    """The Ray Train run a DDP trial's driver starts, and the checkpoint its workers start from.
+
+    The trial's newest run (:func:`tuner.layout.train_run_name`) goes on from its own latest
+    checkpoint, as Ray Train restores a run of the same name (after a failure, a pause, a
+    ``tuner resume``). But when Tune restores the trial from *another* trial's checkpoint (PBT
+    or PB2 exploited it: the trial restarts with the new config from the top trial's
+    checkpoint), that run's own checkpoints are stale: a fresh run (the next generation)
+    starts, and every worker gets the top trial's checkpoint from
+    :func:`tuner.trial.get_checkpoint` (``TrialOptions.resume_checkpoint``; Ray Train V2 has
+    no ``resume_from_checkpoint``).
+
+    Args:
+        trial_dir: The trial's folder (path or URI).
+        trial_id: Ray's trial id.
+        experiment_path: The experiment folder (path or URI).
+        folder: The name of the trial's folder in the experiment.
+
+    Returns:
+        ``(run name, checkpoint folder or URI to start from, or None)``.
+    """
+    from ray import tune
+
+    from tuner.layout import train_run_generation, train_run_name
+    from tuner.storage import join, list_names
+
+    generations = [g for g in (train_run_generation(n, trial_id) for n in list_names(trial_dir)) if g is not None]
+    newest = max(generations, default=0)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return train_run_name(trial_id, newest), None
+    trial_folder, name = checkpoint.path.rstrip("/").split("/")[-2:]
+    if trial_folder == folder:
+        return train_run_name(trial_id, newest), None  # its own: the run restores itself
+    return train_run_name(trial_id, newest + 1), join(experiment_path, trial_folder, name)
 
 
 def _newest_checkpoint(run_dir: str) -> str | None:

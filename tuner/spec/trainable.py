@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from tuner.spec.errors import SpecError, _allowed, _closest
 from tuner.spec.model import _TRAINABLE, Spec
-from tuner.spec.sections import SYNCHRONOUS_HYPERBAND
+from tuner.spec.sections import POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND
 
 
 def is_class_trainable(obj: Any) -> TypeGuard[type]:
@@ -188,8 +188,9 @@ def check_trainable(spec: Spec, trainable: Any) -> None:
 
     * ``resources.workers`` (DDP) needs a train function: tuner launches its worker group;
     * ``oom_backoff`` needs a train function: tuner restarts it with a smaller batch;
-    * ``hyperband``/``bohb`` pause trials and resume them from a checkpoint, so the class
-      must implement ``save_checkpoint`` and ``load_checkpoint``.
+    * ``hyperband``/``bohb`` pause trials and resume them from a checkpoint, and ``pbt``/``pb2``
+      restart a trial from another trial's checkpoint, so the class must implement
+      ``save_checkpoint`` and ``load_checkpoint``.
 
     Raises:
         SpecError: Naming the field and why.
@@ -211,6 +212,13 @@ def check_trainable(spec: Spec, trainable: Any) -> None:
             raise spec.error("scheduler.type", f"scheduler {spec.scheduler.type} pauses trials and resumes them from "
                              f"a checkpoint, but {name} does not implement {' and '.join(missing)}; implement "
                              "them, or use scheduler asha, which never pauses.")
+    if spec.scheduler.type in POPULATION_SCHEDULERS:
+        missing = [m for m in ("save_checkpoint", "load_checkpoint") if not implements(trainable, m)]
+        if missing:
+            raise spec.error("scheduler.type", f"scheduler {spec.scheduler.type} restarts a trial of the bottom "
+                             "quantile from the checkpoint of a top trial (exploit), but "
+                             f"{name} does not implement {' and '.join(missing)}, so it has no checkpoint to clone; "
+                             "implement them (and reset_config, so that Ray reuses the actor).")
 
 
 def implements(cls: type, method: str) -> bool:
