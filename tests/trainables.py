@@ -484,3 +484,22 @@ def held_until_gate(config):
                 time.sleep(0.1)
     for epoch in range(start, int(config["epochs"])):
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch}, checkpoint_dir=_epoch_checkpoint(epoch))
+
+
+def pbt_member(config):
+    """A PBT population member: ``score`` grows by ``lr`` each iteration (so a larger lr is better).
+
+    Checkpoints every iteration and continues from the checkpoint it is given (its own after a
+    pause, the cloned trial's after an exploit); reports ``lr`` too, so a test sees when it changed.
+    """
+    state = {"i": 0, "score": 0.0}
+    ckpt = trial.get_checkpoint()
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            state = json.load(f)
+    for i in range(state["i"], int(config.get("epochs", 8))):
+        state = {"i": i + 1, "score": state["score"] + float(config["lr"])}
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump(state, f)
+        trial.report({"score": state["score"], "lr": float(config["lr"])}, checkpoint_dir=folder)
