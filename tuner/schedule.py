@@ -15,7 +15,8 @@ This module reads them into plain records (Ray's line format through
 :func:`tuner.ray_internals.pbt_log_rows`; trial tags mapped to trial ids through the
 experiment state): :func:`read_perturbations` for ``summary.json``'s ``perturbations``,
 :func:`trial_schedule` and :func:`best_schedule` for ``best_schedule.yaml``
-(:data:`tuner.layout.BEST_SCHEDULE`) and for ``tuner run --replay``. No Ray here.
+(:data:`tuner.layout.BEST_SCHEDULE`, written by :mod:`tuner.results`) and for
+``tuner run --replay``. No Ray here.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuner.layout import BEST_SCHEDULE, PBT_GLOBAL, PBT_POLICY, PROGRESS_FILE, SPEC_SNAPSHOT
+from tuner.layout import PBT_GLOBAL, PBT_POLICY, PROGRESS_FILE, SPEC_SNAPSHOT
 
 __all__ = ["PBT_TYPES", "is_pbt_experiment", "read_perturbations", "trial_schedule", "best_schedule",
-           "write_best_schedule", "policy_text", "initial_config"]
+           "policy_text", "initial_config"]
 
 #: The scheduler types whose runs log perturbations.
 PBT_TYPES = ("pbt", "pb2")
@@ -215,19 +216,3 @@ def best_schedule(experiment_path: str | os.PathLike, trial_id: str) -> dict:
     policy = PBT_POLICY.format(trial_id)
     return {"trial_id": trial_id, "policy_file": policy if (path / policy).is_file() else None,
             "changed": changed, "schedule": steps}
-
-
-def write_best_schedule(experiment_path: str | os.PathLike, trial_id: str) -> Path:
-    """Write ``best_schedule.yaml`` (:func:`best_schedule`) into the experiment folder.
-
-    Returns:
-        The file written.
-    """
-    import yaml
-
-    from tuner.files import atomic_write
-    from tuner.space import plain
-
-    target = Path(experiment_path) / BEST_SCHEDULE
-    atomic_write(target, yaml.safe_dump(plain(best_schedule(experiment_path, trial_id)), sort_keys=False))
-    return target
