@@ -154,7 +154,7 @@ GOLDEN = [
     ("mode: min", "mode: minimise", "{f}:4:7: mode: must be one of 'min' or 'max', but got 'minimise'."),
     ("scheduler: {type: asha, ", "scheduler: {type: ashha, ",
      "{f}:11:19: scheduler.type: unknown scheduler type 'ashha'; did you mean 'asha'? "
-     "Allowed: fifo, asha, hyperband, bohb, median."),
+     "Allowed: fifo, asha, hyperband, bohb, median, pbt, pb2."),
     ("tests.trainables:quadratic", "tests.no_such_module:train",
      "{f}:2:12: trainable: module 'tests.no_such_module' not found (looked on sys.path, including {cwd}, {d} and the folders above it)."),
     ("tests.trainables:quadratic", "tests.named_functions:trian",

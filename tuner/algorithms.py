@@ -11,6 +11,11 @@ Schedulers (which trials to stop early):
       ``hyperband``: ``HyperBandScheduler`` (Li et al., JMLR 2018); ``bohb``:
       ``HyperBandForBOHB``; ``median``: ``MedianStoppingRule`` (Golovin et al., KDD 2017).
 
+Population schedulers (which change the configs of running trials):
+    * ``pbt``: ``PopulationBasedTraining`` (Jaderberg et al., "Population Based Training of
+      Neural Networks", 2017); ``pb2``: ``PB2`` (Parker-Holder et al., "Provably Efficient
+      Online Hyperparameter Optimization with Population-Based Bandits", NeurIPS 2020).
+
 ``metric`` and ``mode`` are given to Ray's ``TuneConfig`` only, which hands them on to
 the searcher and the scheduler.
 """
@@ -18,6 +23,7 @@ the searcher and the scheduler.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ray.tune.schedulers import (
     ASHAScheduler,
@@ -25,16 +31,20 @@ from ray.tune.schedulers import (
     HyperBandForBOHB,
     HyperBandScheduler,
     MedianStoppingRule,
+    PopulationBasedTraining,
     TrialScheduler,
 )
+from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
+from tuner.params import PATH_SEP, leaves
 from tuner.rungs import bracket_rungs
 from tuner.scheduler_state import KeepsState
+from tuner.space import mutation_domain
 from tuner.spec import Spec
 
-__all__ = ["build_searcher", "build_scheduler", "describe_search"]
+__all__ = ["build_searcher", "build_scheduler", "describe_search", "population_mutations", "population_bounds"]
 
 
 def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | BasicVariantGenerator:
@@ -109,13 +119,15 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
 
     Returns:
         Ray's ``FIFOScheduler``, or a subclass of Ray's ``ASHAScheduler``, ``HyperBandScheduler``,
-        ``HyperBandForBOHB`` or ``MedianStoppingRule`` whose state survives ``tuner resume``
-        (:class:`tuner.scheduler_state.KeepsState`; pass it to a
+        ``HyperBandForBOHB``, ``MedianStoppingRule``, ``PopulationBasedTraining`` or ``PB2`` whose
+        state survives ``tuner resume`` (:class:`tuner.scheduler_state.KeepsState`; pass it to a
         :class:`tuner.scheduler_state.SchedulerStateCallback`).
     """
     s = spec.scheduler
     if s.type == "fifo":
         return FIFOScheduler()
+    if s.type in ("pbt", "pb2"):
+        return _population_scheduler(spec)
     if s.type == "asha":
         return _ASHA(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
                      reduction_factor=s.reduction_factor, brackets=s.brackets, stop_last_trials=s.stop_last_trials)
@@ -123,8 +135,98 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
         cls = _HyperBand if s.type == "hyperband" else _HyperBandForBOHB
         return cls(time_attr=s.time_attr, max_t=spec.scheduler_max_t, reduction_factor=s.reduction_factor,
                    stop_last_trials=s.stop_last_trials)
+    assert s.type == "median"
     return _MedianStoppingRule(time_attr=s.time_attr, grace_period=s.grace_period,
                                min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
+
+
+def _nested(spec: Spec, flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"opt.lr": v}`` (names as the spec writes them) -> ``{"opt": {"lr": v}}``, with param_space's nesting."""
+    keys = {PATH_SEP.join(k): k for k, _ in leaves(spec.param_space)}
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        *parents, last = keys.get(name, (name,))
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def population_mutations(spec: Spec) -> dict[str, Any]:
+    """PBT's ``hyperparam_mutations`` for the spec: :attr:`tuner.spec.Spec.population_mutations`, each
+    distribution as :func:`tuner.space.mutation_domain` makes it, nested as ``param_space``."""
+    return _nested(spec, {k: mutation_domain(d) for k, d in spec.population_mutations.items()})
+
+
+def population_bounds(spec: Spec) -> dict[str, Any]:
+    """PB2's ``hyperparam_bounds`` for the spec: ``[low, high]`` per parameter, nested as ``param_space``."""
+    return _nested(spec, {k: [lo, hi] for k, (lo, hi) in spec.population_bounds.items()})
+
+
+def _population_scheduler(spec: Spec) -> TrialScheduler:
+    """PBT or PB2, seeded, with a note on the console when an exploit is skipped for want of a checkpoint.
+
+    Seeds: Ray's PBT draws from Python's global ``random`` module in the driver (which top trial
+    a bottom trial clones, resample or perturb, which perturbation factor, which neighbouring
+    value); PB2 draws from it too, and from numpy's global ``RandomState`` (a GP-UCB start
+    point). With ``spec.seed`` set, both are seeded here, once, when the scheduler is built:
+    the same seed then gives the same decisions for the same sequence of results (which an
+    asynchronous population's timing may still change; ``synch: true`` orders it).
+    """
+    import random
+
+    s: Any = spec.scheduler  # a PBTScheduler or a PB2Scheduler
+    if spec.seed is not None:
+        random.seed(spec.seed)
+        if s.type == "pb2":
+            import numpy as np
+
+            np.random.seed(spec.seed)
+    from tuner import ray_internals
+
+    ray_internals.watch_skipped_exploits(_SkippedExploitNote(s.type, s.perturbation_interval))
+    if s.type == "pbt":
+        return _PopulationBasedTraining(
+            time_attr=s.time_attr, perturbation_interval=s.perturbation_interval, burn_in_period=s.burn_in_period,
+            hyperparam_mutations=population_mutations(spec), quantile_fraction=s.quantile_fraction,
+            resample_probability=s.resample_probability, synch=s.synch, log_config=True)
+    assert s.type == "pb2"
+    # log_config=True: Ray logs every perturbation (pbt_global.txt, pbt_policy_<id>.txt), read by
+    # tuner.schedule for summary.json, best_schedule.yaml, `tuner report` and `tuner run --replay`.
+    return _PB2(time_attr=s.time_attr, perturbation_interval=s.perturbation_interval,
+                hyperparam_bounds=population_bounds(spec), quantile_fraction=s.quantile_fraction, synch=s.synch,
+                log_config=True)
+
+
+class _SkippedExploitNote:
+    """What the console says, once a run, when PBT/PB2 could not clone a top trial: it had no checkpoint."""
+
+    def __init__(self, scheduler: str, interval: float):
+        self.scheduler, self.interval, self.said = scheduler, interval, False
+
+    def __call__(self, top: str, bottom: str) -> None:
+        if self.said:
+            return
+        self.said = True
+        from tuner.scheduler_state import _say
+
+        _say(f"{self.scheduler} could not exploit trial {top} for trial {bottom}: {top} has no checkpoint yet, "
+             f"so the bottom trial goes on with its own config. A train function must pass checkpoint_dir= to "
+             f"tuner.trial.report at least every perturbation_interval ({self.interval:g}) iterations, and restore "
+             "from tuner.trial.get_checkpoint(); a class trainable must implement save_checkpoint and "
+             "load_checkpoint. (Said once a run.)")
+
+
+class _PopulationBasedTraining(KeepsState, PopulationBasedTraining):
+    """Ray's ``PopulationBasedTraining`` (Jaderberg et al., 2017), whose population (each trial's last score,
+    last perturbation time and checkpoint, the count of perturbations) survives a resume
+    (:mod:`tuner.scheduler_state`)."""
+
+
+class _PB2(KeepsState, PB2):
+    """Ray's ``PB2`` (Parker-Holder et al., NeurIPS 2020), whose population and GP data survive a resume
+    (:mod:`tuner.scheduler_state`)."""
 
 
 class _ASHA(KeepsState, ASHAScheduler):
@@ -199,9 +301,17 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def _describe_dist(d: Any) -> str:
+    if d.type in ("choice", "grid"):
+        return f"{d.type} {list(d.values)} (neighbouring value, or resampled)"
+    if d.is_numeric_range:
+        return f"{d.type} [{_num(d.low)}, {_num(d.high)}] (x0.8 or x1.2, or resampled)"
+    return f"{d.type} (x0.8 or x1.2, or resampled)"
+
+
 def describe_search(spec: Spec) -> list[str]:
-    """Plan lines for the searcher and the scheduler, e.g. the ASHA rungs."""
-    s = spec.scheduler
+    """Plan lines for the searcher and the scheduler, e.g. the ASHA rungs, PBT's mutations."""
+    s: Any = spec.scheduler
     search = {
         "grid": "grid (BasicVariantGenerator): every grid point",
         "random": "random (BasicVariantGenerator)",
@@ -213,6 +323,19 @@ def describe_search(spec: Spec) -> list[str]:
     target = f"{s.time_attr}" if s.time_attr != "training_iteration" else "iterations"
     if s.type == "fifo":
         lines.append("scheduler:  fifo (every trial runs to its stop criteria)")
+    elif s.type in ("pbt", "pb2"):
+        name = {"pbt": "pbt (PopulationBasedTraining)", "pb2": "pb2 (PB2, GP-UCB explore)"}[s.type]
+        burn = getattr(s, "burn_in_period", 0)
+        lines.append(f"scheduler:  {name}, {'synchronous' if s.synch else 'asynchronous'}, perturbation every "
+                     f"{_num(s.perturbation_interval)} {target}" + (f" after {_num(burn)}" if burn else "")
+                     + f", quantile {_num(s.quantile_fraction)}"
+                     + (f", resample probability {_num(s.resample_probability)}" if s.type == "pbt" else ""))
+        if s.type == "pbt":
+            for name_, d in spec.population_mutations.items():
+                lines.append(f"            mutate {name_}: {_describe_dist(d)}")
+        else:
+            for name_, (lo, hi) in spec.population_bounds.items():
+                lines.append(f"            bound {name_}: [{_num(lo)}, {_num(hi)}]")
     elif s.type == "median":
         lines.append(f"scheduler:  median stopping rule after {_num(s.grace_period)} {target}, "
                      f"once {s.min_samples_required} trials have results")

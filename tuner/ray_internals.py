@@ -32,6 +32,7 @@ __all__ = [
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
+    "pbt_population", "pbt_perturbations", "watch_skipped_exploits",
     # PBT's perturbation logs (pbt_global.txt, pbt_policy_<trial id>.txt)
     "pbt_log_rows", "pbt_orig_tag", "saved_trial_initial_config",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
@@ -375,6 +376,53 @@ def finished_bracket_trials(bracket: Any) -> list:
 def hyperband_unpause(scheduler: Any, tune_controller: Any, trial: Any) -> None:
     """Let a PAUSED trial go on: ``HyperBandScheduler._unpause_trial(tune_controller, trial)`` (Ray 2.60)."""
     scheduler._unpause_trial(tune_controller, trial)
+
+
+def pbt_population(scheduler: Any) -> dict:
+    """A PBT or PB2 scheduler's population: ``{trial: state}`` with ``last_score``,
+    ``last_perturbation_time``, ``last_checkpoint``, ... (``_trial_state`` of Ray 2.60's
+    ``PopulationBasedTraining``, whose values are ``_PBTTrialState``)."""
+    return scheduler._trial_state
+
+
+def pbt_perturbations(scheduler: Any) -> int:
+    """How many exploits a PBT or PB2 scheduler has made (``_num_perturbations`` in Ray 2.60)."""
+    return scheduler._num_perturbations
+
+
+#: What Ray 2.60's ``PopulationBasedTraining._checkpoint_or_exploit`` logs (INFO, logger
+#: ``ray.tune.schedulers.pbt``) when the top trial to clone has no checkpoint and the exploit is skipped.
+_SKIPPED_EXPLOIT = re.compile(r"^\[pbt\]: no checkpoint for trial (\S+)\. Skip exploit for Trial (\S+)")
+
+
+class _SkippedExploits:
+    """A ``logging.Filter`` on Ray's PBT logger that hands each skipped exploit to ``note``."""
+
+    def __init__(self, note: Callable[[str, str], None]):
+        self.note = note
+
+    def filter(self, record: Any) -> bool:
+        found = _SKIPPED_EXPLOIT.match(record.getMessage())
+        if found:
+            self.note(found.group(1), found.group(2))
+        return True
+
+
+def watch_skipped_exploits(note: Callable[[str, str], None]) -> None:
+    """Call ``note(top_trial, bottom_trial)`` whenever PBT (or PB2) skips an exploit because the trial
+    it would clone has no checkpoint (Ray only logs it, at INFO, in ``ray.tune.schedulers.pbt``).
+
+    Replaces the note of an earlier call (one per driver process). The logger's level is set to
+    INFO where it was higher, so that Ray creates the record.
+    """
+    import logging
+
+    log = logging.getLogger("ray.tune.schedulers.pbt")
+    for old in [f for f in log.filters if isinstance(f, _SkippedExploits)]:
+        log.removeFilter(old)
+    log.addFilter(_SkippedExploits(note))
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
 
 
 def scheduler_time_attr(scheduler: Any) -> str:

@@ -18,7 +18,7 @@ from ray import tune
 from tuner.params import distributions
 from tuner.spec import Spec, _Dist
 
-__all__ = ["to_ray_space", "grid_values", "grid_size", "plain"]
+__all__ = ["to_ray_space", "mutation_domain", "grid_values", "grid_size", "plain"]
 
 
 def grid_values(dist: _Dist) -> list[Any]:
@@ -81,6 +81,26 @@ def _to_ray(dist: _Dist, grid: bool) -> Any:
         "grid": lambda: tune.grid_search(list(d.values)),
     }
     return builders[dist.type]()
+
+
+def mutation_domain(dist: _Dist) -> Any:
+    """A distribution as PBT's ``hyperparam_mutations`` value (Ray's ``PopulationBasedTraining``).
+
+    ``choice`` and ``grid`` become a list of their values, which PBT perturbs by moving to a
+    neighbouring value (and resamples from); Ray would treat a ``tune.choice`` as a number
+    and multiply it by 0.8 or 1.2. Every other type is its Ray sampling object, as in
+    :func:`to_ray_space` (resampled from; perturbed by a factor of 0.8 or 1.2, an integer one
+    rounded).
+
+    Args:
+        dist: A validated distribution.
+
+    Returns:
+        A list, or a Ray ``Domain`` (``tune.loguniform(...)``, ...).
+    """
+    if dist.type in ("choice", "grid"):
+        return list(dist.values)
+    return _to_ray(dist, grid=False)
 
 
 def to_ray_space(spec: Spec) -> dict[str, Any]:

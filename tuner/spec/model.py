@@ -19,14 +19,17 @@ from tuner.params import spec_paths
 from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, ParamValue, _Dist
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
-from tuner.spec.sections import (SYNCHRONOUS_HYPERBAND, Checkpointing, Failure, FIFOScheduler, RandomSearch, RayConfig,
-                                 Reporting, Resources, SchedulerConfig, SearchConfig)
+from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Failure, FIFOScheduler,
+                                 RandomSearch, RayConfig, Reporting, Resources, SchedulerConfig, SearchConfig)
 
 
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _TRAINABLE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:]+\.py):[A-Za-z_]\w*$")
-_NEEDS_METRIC = {"asha", "hyperband", "bohb", "median"}
+_NEEDS_METRIC = {"asha", "hyperband", "bohb", "median", "pbt", "pb2"}
+#: checkpoint.num_to_keep under PBT/PB2 when the spec does not set it: Ray warns at <= 2 (a checkpoint can be
+#: deleted before a trial of the bottom quantile restores from it).
+POPULATION_NUM_TO_KEEP = 4
 
 
 class Spec(_Model):
@@ -81,6 +84,11 @@ class Spec(_Model):
             data = {**data, "scheduler": {"type": "bohb" if algo == "bohb" else "fifo"}}
         elif algo == "bohb" and isinstance(scheduler, Mapping) and "type" not in scheduler:
             data = {**data, "scheduler": {"type": "bohb", **scheduler}}
+        stype = scheduler.get("type") if isinstance(scheduler, Mapping) else getattr(scheduler, "type", None)
+        checkpoint = data.get("checkpoint")
+        if stype in POPULATION_SCHEDULERS and (checkpoint is None or (
+                isinstance(checkpoint, Mapping) and "num_to_keep" not in checkpoint)):
+            data = {**data, "checkpoint": {**(checkpoint or {}), "num_to_keep": POPULATION_NUM_TO_KEEP}}
         return data
 
     @field_validator("name")
@@ -194,6 +202,8 @@ class Spec(_Model):
             raise _fail("metric", f"metric {self.metric!r} needs a mode: add `mode: min` or `mode: max`.")
         if self.mode is not None and self.metric is None:
             raise _fail("mode", "mode needs a metric: add `metric: NAME`, a key your train function reports.")
+        if sched in POPULATION_SCHEDULERS and algo not in ("random", "grid"):
+            self._check_population()  # the population's searcher first: its message says why
         if algo == "bohb" and sched != "bohb":
             raise _fail("scheduler.type", f"search bohb needs scheduler bohb (HyperBandForBOHB), but got {sched!r}; "
                         "omit the scheduler to get it.")
@@ -222,6 +232,8 @@ class Spec(_Model):
                         f"max_t={self.scheduler_max_t}).")
         for path, dist in spec_paths(self.param_space):
             _check_param_for_search(path, dist, algo)
+        if sched in POPULATION_SCHEDULERS:
+            self._check_population()
         if self.oom_backoff is not None:
             names = [p for p, _ in spec_paths(self.param_space, root=None)]
             if self.oom_backoff not in names:
@@ -230,6 +242,74 @@ class Spec(_Model):
                 raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
                             f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
         return self
+
+    def _check_population(self) -> None:
+        """PBT/PB2: a random or grid population, mutations and bounds of parameters that exist (numeric
+        ones for PB2), a perturbation inside the run, a checkpoint at every perturbation."""
+        s: Any = self.scheduler  # a PBTScheduler or a PB2Scheduler
+        algo = self.search.algorithm
+        if algo not in ("random", "grid"):
+            raise _fail("search.algorithm", f"scheduler {s.type} seeds its population with random or grid search "
+                        f"and then changes the configs itself, but got search {algo!r} (Ray refuses a model-based "
+                        "searcher under a population scheduler); use search random or grid.")
+        params = dict(spec_paths(self.param_space, root=None))
+        field = "mutations" if s.type == "pbt" else "bounds"
+        given = getattr(s, field)
+        for name in given or {}:
+            if name not in params:
+                hint = _closest(name, params)
+                guess = f"; did you mean '{hint}'?" if hint else "."
+                raise _fail(f"scheduler.{field}.{name}", f"{field} names {name!r}, which is not a parameter in "
+                            f"param_space{guess} Parameters: {_allowed(params) or '(none)'}.")
+            if s.type == "pb2" and not _numeric(params[name]):
+                raise _fail(f"scheduler.{field}.{name}", f"pb2 bounds only numeric parameters (its Gaussian process "
+                            f"models a number), but {name!r} is {_describe(params[name])}; drop it from bounds, or "
+                            "use scheduler pbt, which moves a choice to a neighbouring value.")
+        if given is None and not (self.population_mutations if s.type == "pbt" else self.population_bounds):
+            what = "sampled" if s.type == "pbt" else "numeric range (uniform, loguniform, randint, ...)"
+            raise _fail("scheduler.type", f"scheduler {s.type} changes parameters during training, but param_space "
+                        f"has no {what} parameter to default `{field}` to; add `scheduler.{field}`.")
+        run = (self.stop or {}).get(s.time_attr)
+        first = max(s.perturbation_interval, getattr(s, "burn_in_period", 0))
+        if run is not None and first >= run:
+            key = "scheduler.perturbation_interval" if first == s.perturbation_interval else "scheduler.burn_in_period"
+            raise _fail(key, f"the first perturbation comes at {s.time_attr}={first:g}, but the run stops at "
+                        f"stop.{s.time_attr}={run:g}, so no trial would ever be perturbed; `max(perturbation_interval, "
+                        f"burn_in_period) < stop.{s.time_attr}` must hold.")
+        freq = self.checkpoint.frequency
+        if s.time_attr == "training_iteration" and s.perturbation_interval % freq:
+            raise _fail("checkpoint.frequency", f"scheduler {s.type} clones the latest checkpoint of a top trial at "
+                        f"every perturbation (each {s.perturbation_interval:g} iterations), but checkpoint.frequency="
+                        f"{freq} keeps a checkpoint only every {freq} reports, so a clone would restart from an older "
+                        "state than the score it was chosen for; make perturbation_interval a multiple of "
+                        "checkpoint.frequency.")
+
+    @property
+    def population_mutations(self) -> dict[str, Any]:
+        """PBT's mutations: ``scheduler.mutations``, else every sampled parameter of ``param_space``.
+
+        Returns:
+            Parameter name (dotted, as ``oom_backoff``) -> its distribution; empty for other schedulers.
+        """
+        if self.scheduler.type != "pbt":
+            return {}
+        if self.scheduler.mutations is not None:
+            return dict(self.scheduler.mutations)
+        return {name: d for name, d in spec_paths(self.param_space, root=None) if isinstance(d, _Dist)}
+
+    @property
+    def population_bounds(self) -> dict[str, tuple[float, float]]:
+        """PB2's bounds: ``scheduler.bounds``, else every numeric range of ``param_space`` (``[low, high]``).
+
+        Returns:
+            Parameter name (dotted) -> ``(low, high)``; empty for other schedulers.
+        """
+        if self.scheduler.type != "pb2":
+            return {}
+        if self.scheduler.bounds is not None:
+            return {k: (float(v[0]), float(v[1])) for k, v in self.scheduler.bounds.items()}
+        return {name: (float(d.low), float(d.high)) for name, d in spec_paths(self.param_space, root=None)
+                if isinstance(d, _Dist) and d.is_numeric_range}
 
     @property
     def scheduler_max_t(self) -> int:
@@ -295,6 +375,24 @@ def _origin_of(key: tuple, origins: Mapping[tuple, str]) -> str | None:
         if key[:i] in origins:
             return origins[key[:i]]
     return None
+
+
+def _numeric(value: Any) -> bool:
+    """Whether a ``param_space`` entry only takes numbers (a range, randn, a choice of numbers, a number)."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if isinstance(value, _Dist):
+        values = getattr(value, "values", None)
+        return all(number(v) for v in values) if values is not None else True
+    return number(value)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, _Dist):
+        values = getattr(value, "values", None)
+        return f"a {value.type} of {values}" if values is not None else f"a {value.type}"
+    return f"the constant {value!r}"
 
 
 _BOHB_UNSUPPORTED = {"quniform", "qloguniform", "randn", "qrandn", "grid"}

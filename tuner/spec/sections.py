@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tuner.spec.distributions import Distribution
 from tuner.spec.errors import _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
 
@@ -139,11 +140,98 @@ class MedianScheduler(_Sched):
     hard_stop: bool = True
 
 
+class _PopulationScheduler(_Sched):
+    """What PBT and PB2 share: when a trial of the population is considered for a perturbation
+    (every ``perturbation_interval`` units of ``time_attr``), and which quantile exploits which."""
+
+    perturbation_interval: Float = Field(default=4, gt=0)
+    quantile_fraction: Float = Field(default=0.25, ge=0, le=0.5)
+    synch: bool = False
+
+
+class PBTScheduler(_PopulationScheduler):
+    """Population Based Training: Ray's ``PopulationBasedTraining``.
+
+    Jaderberg et al., "Population Based Training of Neural Networks", arXiv:1711.09846, 2017.
+    Every ``perturbation_interval`` units of ``time_attr`` (after ``burn_in_period``), a trial
+    in the bottom ``quantile_fraction`` of the population by ``metric`` *exploits* a trial of
+    the top quantile (it restarts from that trial's latest checkpoint, with its config) and
+    *explores*: each parameter of ``mutations`` is resampled from its distribution with
+    probability ``resample_probability``, else multiplied by 0.8 or 1.2 (a ``choice`` or
+    ``grid`` moves to a neighbouring value instead). ``synch: true`` perturbs the whole
+    population at once, when every trial has reached the interval (Appendix A.1 of the paper).
+
+    Attributes:
+        perturbation_interval: Units of ``time_attr`` (iterations by default) between two
+            perturbations of a trial; > 0.
+        burn_in_period: Units of ``time_attr`` before the first perturbation; >= 0.
+        quantile_fraction: Fraction of the population in the bottom (and top) quantile, in
+            [0, 0.5]; 0 exploits nothing.
+        resample_probability: Probability of resampling a mutated parameter instead of
+            perturbing it, in [0, 1].
+        mutations: Parameter name (dotted for a nested one, as ``oom_backoff``) -> the
+            distribution it is resampled from, with ``param_space``'s distribution types;
+            None: every sampled parameter of ``param_space`` with its own distribution.
+    """
+
+    type: Literal["pbt"]
+    burn_in_period: Float = Field(default=0, ge=0)
+    resample_probability: Float = Field(default=0.25, ge=0, le=1)
+    mutations: dict[NonBlank, Distribution] | None = None
+
+    @field_validator("mutations")
+    @classmethod
+    def _some(cls, value: dict | None) -> dict | None:
+        if value is not None and not value:
+            raise PydanticCustomError("tuner_spec", "mutations must name at least one parameter, or be omitted "
+                                      "(then every sampled parameter of param_space is mutated).")
+        return value
+
+
+class PB2Scheduler(_PopulationScheduler):
+    """Population Based Bandits: Ray's ``PB2`` (needs scikit-learn).
+
+    Parker-Holder et al., "Provably Efficient Online Hyperparameter Optimization with
+    Population-Based Bandits", NeurIPS 2020. PBT's exploit step; the explore step picks the new
+    config inside ``bounds`` with a time-varying Gaussian-process bandit (GP-UCB) fitted to
+    the population's recent improvements, instead of random perturbations.
+
+    Attributes:
+        perturbation_interval: Units of ``time_attr`` between two perturbations of a trial.
+        quantile_fraction: Fraction of the population in the bottom (and top) quantile.
+        bounds: Parameter name (dotted for a nested one) -> ``[low, high]``, ``low < high``;
+            numeric parameters only. None: every numeric range of ``param_space`` with its
+            ``low`` and ``high``.
+    """
+
+    type: Literal["pb2"]
+    bounds: dict[NonBlank, list[Float]] | None = None
+
+    @field_validator("bounds")
+    @classmethod
+    def _pairs(cls, value: dict | None) -> dict | None:
+        if value is None:
+            return value
+        if not value:
+            raise PydanticCustomError("tuner_spec", "bounds must name at least one parameter, or be omitted "
+                                      "(then every numeric range of param_space is bounded by its low and high).")
+        for name, pair in value.items():
+            if len(pair) != 2:
+                raise _fail(name, f"bounds of {name!r} must be [low, high], two numbers, but got {pair}.")
+            if not pair[0] < pair[1]:
+                raise _fail(name, f"bounds of {name!r}: `low < high` must hold, but got (low={pair[0]:g}, "
+                            f"high={pair[1]:g}).")
+        return value
+
+
 SchedulerConfig = Annotated[
-    FIFOScheduler | ASHAScheduler | HyperBandScheduler | BOHBScheduler | MedianScheduler,
+    FIFOScheduler | ASHAScheduler | HyperBandScheduler | BOHBScheduler | MedianScheduler | PBTScheduler
+    | PB2Scheduler,
     Field(discriminator="type"),
 ]
-SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "bohb", "median")
+SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "bohb", "median", "pbt", "pb2")
+# Schedulers that exploit a population: a trial restarts from another trial's checkpoint.
+POPULATION_SCHEDULERS = ("pbt", "pb2")
 # Schedulers that compare a bracket's trials only while they are live together.
 SYNCHRONOUS_HYPERBAND = ("hyperband", "bohb")
 
