@@ -239,7 +239,7 @@ def check_replay(replay: str | os.PathLike) -> Replay:
                               "{type: pb2}.", where)
     path = path.resolve()
     state = read_state(path)
-    trials = [t["trial_id"] for t in state.trials] if state is not None else []
+    trials = sorted(t["trial_id"] for t in state.trials) if state is not None else []
     if trial_id is None:
         try:
             best = (json.loads((path / SUMMARY).read_text(encoding="utf-8")).get("best") or {}).get("trial_id")
