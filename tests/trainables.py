@@ -588,3 +588,22 @@ class Accumulates(_tune.Trainable):
         self.setup(new_config)
         self.resets = resets + 1
         return True
+
+
+def pbt_member(config):
+    """A PBT population member: ``score`` grows by ``lr`` each iteration (so a larger lr is better).
+
+    Checkpoints every iteration and continues from the checkpoint it is given (its own after a
+    pause, the cloned trial's after an exploit); reports ``lr`` too, so a test sees when it changed.
+    """
+    state = {"i": 0, "score": 0.0}
+    ckpt = trial.get_checkpoint()
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            state = json.load(f)
+    for i in range(state["i"], int(config.get("epochs", 8))):
+        state = {"i": i + 1, "score": state["score"] + float(config["lr"])}
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump(state, f)
+        trial.report({"score": state["score"], "lr": float(config["lr"])}, checkpoint_dir=folder)

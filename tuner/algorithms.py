@@ -190,10 +190,13 @@ def _population_scheduler(spec: Spec) -> TrialScheduler:
         return _PopulationBasedTraining(
             time_attr=s.time_attr, perturbation_interval=s.perturbation_interval, burn_in_period=s.burn_in_period,
             hyperparam_mutations=population_mutations(spec), quantile_fraction=s.quantile_fraction,
-            resample_probability=s.resample_probability, synch=s.synch)
+            resample_probability=s.resample_probability, synch=s.synch, log_config=True)
     assert s.type == "pb2"
+    # log_config=True: Ray logs every perturbation (pbt_global.txt, pbt_policy_<id>.txt), read by
+    # tuner.schedule for summary.json, best_schedule.yaml, `tuner report` and `tuner run --replay`.
     return _PB2(time_attr=s.time_attr, perturbation_interval=s.perturbation_interval,
-                hyperparam_bounds=population_bounds(spec), quantile_fraction=s.quantile_fraction, synch=s.synch)
+                hyperparam_bounds=population_bounds(spec), quantile_fraction=s.quantile_fraction, synch=s.synch,
+                log_config=True)
 
 
 class _SkippedExploitNote:

@@ -71,13 +71,13 @@ def _parse_sets(sets: tuple[str, ...], storage=None, name=None, num_samples=None
     return [*(parse_set(item) for item in sets), *options]
 
 
-def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(), address=None):
+def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(), address=None, replay=None):
     from tuner.engine import prepare
     from tuner.spec import load_spec
 
     # Loaded here, so that a --set whose path or value is wrong is named as the culprit.
     spec = load_spec(spec_path, sets=_parse_sets(sets, storage, name, num_samples))
-    return prepare(spec, num_cpus=num_cpus, num_gpus=num_gpus, address=address)
+    return prepare(spec, num_cpus=num_cpus, num_gpus=num_gpus, address=address, replay=replay)
 
 
 _ADDRESS_HELP = ("Use this running Ray cluster (auto, host:6379, ray://host:10001) instead of a local Ray; "
@@ -103,11 +103,15 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, ad
 @_with_run_options
 @click.option("--address", type=str, default=None, help=_ADDRESS_HELP)
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan, as `tuner validate`.")
-def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run) -> None:
+@click.option("--replay", metavar="EXPERIMENT[:TRIAL]", type=str, default=None,
+              help="Retrain one trial with the hyperparameter schedule of a PBT/PB2 experiment's trial (default: "
+                   "its best), through Ray's PopulationBasedTrainingReplay, as a new experiment <name>-replay; "
+                   "SPEC gives the trainable, stop and resources.")
+def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run, replay) -> None:
     """Run the tuning experiment described by SPEC."""
     from tuner.engine import plan, run_prepared
 
-    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
+    prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, replay)
     if dry_run:
         click.echo(plan(prepared))
         return

@@ -16,7 +16,8 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
-from tuner.layout import BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES, trial_folder_name
+from tuner.layout import (BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES,
+                          trial_folder_name)
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
 
@@ -42,6 +43,7 @@ class Prepared:
             so far (the spec's may be larger); None for a new run.
         renamed_from: The spec's name when its folder held an experiment already and this
             run got a fresh one (``name-2``); None otherwise.
+        replay: For ``tuner run --replay``: the PBT schedule the run replays; None otherwise.
     """
 
     def __init__(self, spec: Spec, trainable: Callable, experiment_path: Path, cluster, python_path: list[str],
@@ -56,6 +58,7 @@ class Prepared:
         self.python_path = python_path
         self.resumed_num_samples: int | None = None
         self.renamed_from: str | None = None
+        self.replay: Replay | None = None
         self.location = spec_location(spec) if spec.remote_storage else str(experiment_path)
 
     @property
@@ -71,6 +74,7 @@ def prepare(
     num_cpus: float | None = None,
     num_gpus: float | None = None,
     address: str | None = None,
+    replay: str | os.PathLike | None = None,
     _resume: bool = False,
     **overrides: Any,
 ) -> Prepared:
@@ -84,6 +88,8 @@ def prepare(
         num_cpus: CPUs of the local Ray (ignored when Ray is already running).
         num_gpus: GPUs of the local Ray (ignored when Ray is already running).
         address: Ray cluster to connect to; its resources are checked once connected.
+        replay: ``EXPERIMENT[:TRIAL]``: replay that PBT/PB2 trial's schedule (default: the
+            best trial) in a new experiment of one trial; see :func:`check_replay`.
         **overrides: Spec keys to replace, as in :func:`~tuner.spec.load_spec`.
 
     Returns:
@@ -94,10 +100,15 @@ def prepare(
             or the experiment folder.
         ClusterError: ``num_cpus``/``num_gpus`` together with a cluster's address.
         StorageError: A cloud ``storage`` that cannot be listed.
+        ExperimentError: A ``replay`` that names no PBT/PB2 experiment, or a trial it lacks.
     """
     # First: a bad spec fails before Ray is even imported.
     spec = load_spec(spec, require_trainable=trainable is None, **overrides)
     explicit_name = overrides.get("name") is not None or spec.origin("name") is not None  # --name, name=
+    planned = None
+    if replay is not None:
+        planned = check_replay(replay)
+        spec = _replay_spec(spec, planned, trainable is None, named=explicit_name)
     address, where = _resolve_address(address, spec)
     if address is not None and (num_cpus is not None or num_gpus is not None):
         flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
@@ -149,7 +160,121 @@ def prepare(
     python_path = list(dict.fromkeys([*trainable_dirs(spec), *import_roots(fn)]))
     prepared = Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
     prepared.renamed_from = renamed_from
+    prepared.replay = planned
     return prepared
+
+
+class Replay:
+    """A PBT/PB2 trial's schedule to replay (``tuner run SPEC --replay EXPERIMENT[:TRIAL]``).
+
+    The replay runs one trial under Ray's ``PopulationBasedTrainingReplay`` (the PBT paper's
+    schedule replay; Ray's ``ray.tune.schedulers.PopulationBasedTrainingReplay``), which
+    starts it with the schedule's first config and, once the trial reports the iteration
+    where the original's config changed, pauses it, checkpoints it and continues with the
+    next config.
+
+    Attributes:
+        experiment: The PBT/PB2 experiment folder replayed.
+        trial_id: The trial whose schedule is replayed.
+        policy: The text of the trial's policy file (Ray's format; empty for a trial never
+            perturbed: the replay then trains its config unchanged).
+        schedule: :func:`tuner.schedule.trial_schedule`'s steps.
+    """
+
+    def __init__(self, experiment: Path, trial_id: str, policy: str, schedule: list[dict]):
+        self.experiment, self.trial_id, self.policy, self.schedule = experiment, trial_id, policy, schedule
+
+    @property
+    def initial_config(self) -> dict:
+        """The config the replay starts with (the schedule's first step)."""
+        return self.schedule[0]["config"]
+
+    def record(self) -> dict[str, Any]:
+        """What ``tuner_run.json`` keeps of the replay (``replay``)."""
+        return {"experiment": str(self.experiment), "trial_id": self.trial_id,
+                "schedule": [{"from_iteration": s["from_iteration"], "config": s["config"]} for s in self.schedule]}
+
+
+def _split_replay(replay: str) -> tuple[str, str | None]:
+    """``EXPERIMENT[:TRIAL]`` -> (folder, trial id or None); a folder whose name holds ``:`` stays whole."""
+    if ":" in replay and not Path(replay).expanduser().exists():
+        folder, trial = replay.rsplit(":", 1)
+        if trial and "/" not in trial:
+            return folder, trial
+    return replay, None
+
+
+def check_replay(replay: str | os.PathLike) -> Replay:
+    """Check ``--replay EXPERIMENT[:TRIAL]`` and read the schedule to replay; starts nothing.
+
+    Args:
+        replay: A PBT/PB2 experiment folder, optionally with ``:TRIAL`` (a trial id);
+            default trial: the experiment's best (``summary.json``).
+
+    Returns:
+        The Replay.
+
+    Raises:
+        ExperimentError: No such folder, not a PBT/PB2 experiment, no best trial to default
+            to, or a trial the experiment does not have (the message lists its trials).
+    """
+    import json
+
+    from tuner.layout import PBT_GLOBAL, SUMMARY
+    from tuner.schedule import is_pbt_experiment, policy_text, trial_schedule
+    from tuner.state import read_state
+
+    given = os.fspath(replay)
+    folder, trial_id = _split_replay(given)
+    path = Path(folder).expanduser()
+    where = f"--replay {given}"
+    if not path.is_dir():
+        raise ExperimentError(f"{path} is not an experiment folder (no such folder); give the folder of a PBT or "
+                              "PB2 experiment, e.g. --replay runs/mnist-pbt, or --replay runs/mnist-pbt:TRIAL_ID "
+                              "for a trial other than the best.", where)
+    if not is_pbt_experiment(path):
+        raise ExperimentError(f"{path} is not a PBT or PB2 experiment (its spec.yaml's scheduler.type is neither "
+                              f"pbt nor pb2, and it holds no {PBT_GLOBAL}), so it has no hyperparameter schedule "
+                              "to replay; give the folder of an experiment run with scheduler: {type: pbt} or "
+                              "{type: pb2}.", where)
+    path = path.resolve()
+    state = read_state(path)
+    trials = sorted(t["trial_id"] for t in state.trials) if state is not None else []
+    if trial_id is None:
+        try:
+            best = (json.loads((path / SUMMARY).read_text(encoding="utf-8")).get("best") or {}).get("trial_id")
+        except (OSError, ValueError, AttributeError):
+            best = None
+        if best is None:
+            raise ExperimentError(f"{path} has no best trial (its {SUMMARY} names none: the run did not finish, "
+                                  "or no trial reported a finite metric); name the trial to replay: --replay "
+                                  f"{folder}:TRIAL_ID, one of: {', '.join(trials) or '(no trials)'}.", where)
+        trial_id = str(best)
+    if trial_id not in trials:
+        raise ExperimentError(f"{path} has no trial {trial_id!r}; its trials are: {', '.join(trials) or '(none)'} "
+                              f"(`tuner report {folder}` lists them, best first).", where)
+    schedule = trial_schedule(path, trial_id)
+    if not schedule:
+        raise ExperimentError(f"the config of trial {trial_id} of {path} cannot be read (its experiment state "
+                              "lacks it), so there is no schedule to replay.", where)
+    return Replay(path, trial_id, policy_text(path, trial_id), schedule)
+
+
+def _replay_spec(spec: Spec, replay: Replay, require_trainable: bool, named: bool) -> Spec:
+    """The spec of a replay: one trial, the schedule's first config as constants, no searcher or
+    scheduler of its own (the replay's scheduler is Ray's ``PopulationBasedTrainingReplay``),
+    named ``<name>-replay`` unless a name was given."""
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    data.update(param_space=_constants(replay.initial_config), num_samples=1, search={"algorithm": "random"},
+                scheduler={"type": "fifo"})
+    if not named:
+        data["name"] = f"{spec.name}-replay"
+    return load_spec(data, require_trainable=require_trainable)
+
+
+def _constants(config: dict) -> dict:
+    """A config as ``param_space`` constants (a nested mapping stays a nested group)."""
+    return {k: _constants(v) if isinstance(v, dict) else v for k, v in config.items()}
 
 
 def _free_name(spec: Spec, refuse: bool) -> str:
@@ -349,6 +474,7 @@ def tune_model(
     num_cpus: float | None = None,
     num_gpus: float | None = None,
     address: str | None = None,
+    replay: str | os.PathLike | None = None,
     **overrides: Any,
 ):
     """Run a tuning experiment described by a spec and return what it found.
@@ -366,6 +492,10 @@ def tune_model(
         num_gpus: GPUs of the embedded local Ray; default the ones Ray detects.
         address: A running Ray cluster to use instead (``auto``, ``host:6379``,
             ``ray://host:10001``).
+        replay: ``"EXPERIMENT[:TRIAL]"``: retrain with the hyperparameter schedule that a
+            PBT/PB2 trial (default: the best) went through, in a new experiment
+            ``<name>-replay`` of one trial, through Ray's ``PopulationBasedTrainingReplay``;
+            the spec's search space, searcher and scheduler are not used.
         **overrides: Spec keys to replace, e.g. ``num_samples=4``, ``storage="/tmp/x"``.
 
     Returns:
@@ -377,6 +507,8 @@ def tune_model(
     Raises:
         SpecError: If the spec, the train function, the resources or the experiment
             folder is wrong; raised before Ray starts, with nothing written.
+        ExperimentError: A ``replay`` that names no PBT/PB2 experiment or a trial it lacks;
+            raised before Ray starts, with nothing written.
         ClusterError, StorageError, ExperimentLocked: If the cluster at ``address``, the
             cloud ``storage`` or the experiment folder cannot be used; like SpecError, an
             :class:`~tuner.errors.InputError`.
@@ -390,7 +522,7 @@ def tune_model(
             is freed.
     """
     prepared = prepare(spec, trainable=trainable, num_cpus=num_cpus, num_gpus=num_gpus, address=address,
-                       **overrides)
+                       replay=replay, **overrides)
     result = run_prepared(prepared)
     if result.aborted:
         from tuner.errors import TrialError
@@ -523,7 +655,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             if note:
                 echo(f"tuner: note: {note}")
         searcher = build_searcher(spec, max_concurrent)
-        scheduler = build_scheduler(spec)
+        scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
         basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
             tune.with_resources(build_trainable(fn, spec, prepared.location), driver_request(spec)),
@@ -564,6 +696,23 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
+
+
+def _replay_scheduler(prepared: Prepared):
+    """Ray's ``PopulationBasedTrainingReplay`` on the replayed trial's policy, copied into the
+    new experiment (``replay_policy.txt``) so that the replay's folder says what it replayed."""
+    from ray.tune.schedulers import PopulationBasedTrainingReplay
+
+    from tuner.files import atomic_write
+
+    assert prepared.replay is not None
+    policy = prepared.experiment_path / REPLAY_POLICY
+    atomic_write(policy, prepared.replay.policy)
+    if prepared.remote:
+        from tuner.storage import upload
+
+        upload(prepared.experiment_path, prepared.location, (REPLAY_POLICY,))
+    return PopulationBasedTrainingReplay(str(policy))
 
 
 def _before_ray_tune(prepared: Prepared) -> None:
@@ -714,14 +863,21 @@ def save_run_record(prepared: Prepared) -> None:
         from tuner.storage import display
 
         snapshot["storage"] = display(snapshot["storage"])  # a URI's query and user info may hold keys
-    atomic_write(path / SPEC_SNAPSHOT, yaml.safe_dump(snapshot, sort_keys=False))
-    record = {
+    header = ""
+    if prepared.replay is not None:
+        header = (f"# A replay (tuner run --replay) of the PBT schedule of trial {prepared.replay.trial_id} of\n"
+                  f"# {prepared.replay.experiment}: one trial, scheduled by Ray's PopulationBasedTrainingReplay\n"
+                  f"# on {REPLAY_POLICY} ({RUN_RECORD}: replay), not by the scheduler below.\n")
+    atomic_write(path / SPEC_SNAPSHOT, header + yaml.safe_dump(snapshot, sort_keys=False))
+    record: dict[str, Any] = {
         "spec_source": str(Path(spec.source).resolve()) if spec.source else None,
         "python_path": prepared.python_path,
         "trainable": spec.trainable,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "time_budget_s": spec.time_budget_s,  # read by a restored ExperimentStopper
     }
+    if prepared.replay is not None:
+        record["replay"] = prepared.replay.record()
     if prepared.resumed_num_samples is not None and (path / RUN_RECORD).is_file():
         old = json.loads((path / RUN_RECORD).read_text())
         record = {**old, "python_path": prepared.python_path, "time_budget_s": spec.time_budget_s,

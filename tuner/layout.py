@@ -29,7 +29,8 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "RAY_LOGS_LINK", "HPARAMS_EVENTS_PREFIX", "HPARAMS_EVENTS_SUFFIX", "EVENTS_GLOB", "TMP_SUFFIX",
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
-           "ERROR_FILE", "CHECKPOINT_PREFIX",
+           "ERROR_FILE", "CHECKPOINT_PREFIX", "PROGRESS_FILE", "BEST_SCHEDULE", "REPLAY_POLICY", "PBT_GLOBAL",
+           "PBT_POLICY", "PBT_POLICY_GLOB",
            "trial_folder_name", "trial_id_of_folder", "train_run_name", "train_run_generation"]
 
 # --------------------------------------------------------------------------- tuner's records
@@ -46,8 +47,13 @@ BEST_CONFIG = "best_config.yaml"
 RESULTS_CSV = "results.csv"
 #: Ray's driver-side log lines, kept off the console.
 LOG_FILE = "tuner.log"
+#: A PBT/PB2 run: the best trial's hyperparameter schedule (YAML; :mod:`tuner.schedule`).
+BEST_SCHEDULE = "best_schedule.yaml"
+#: A replay (``tuner run --replay``): the PBT policy it replays, copied from the replayed experiment
+#: (Ray's policy-file format; an empty file for a trial that was never perturbed).
+REPLAY_POLICY = "replay_policy.txt"
 #: tuner's own files in the experiment folder, uploaded beside Ray's for a cloud experiment.
-TUNER_FILES = (SPEC_SNAPSHOT, RUN_RECORD, SUMMARY, BEST_CONFIG, RESULTS_CSV, LOG_FILE)
+TUNER_FILES = (SPEC_SNAPSHOT, RUN_RECORD, SUMMARY, BEST_CONFIG, RESULTS_CSV, LOG_FILE, BEST_SCHEDULE, REPLAY_POLICY)
 
 # --------------------------------------------------------------------------- tuner's bookkeeping
 
@@ -93,6 +99,14 @@ SEARCHER_STATE = "searcher-state-{}.pkl"
 CALLBACK_STATE = "callback-states-{}.pkl"
 #: Every callback state file in a folder (the newest sorts last).
 CALLBACK_STATE_GLOB = CALLBACK_STATE.format("*")
+#: PBT/PB2 with ``log_config=True``: every perturbation of the population, one JSON list per line
+#: (``PopulationBasedTraining._log_config_on_step``; read by :mod:`tuner.schedule`).
+PBT_GLOBAL = "pbt_global.txt"
+#: PBT/PB2: one trial's policy (the perturbations its weights went through), ``{}`` the trial id;
+#: what Ray's ``PopulationBasedTrainingReplay`` replays.
+PBT_POLICY = "pbt_policy_{}.txt"
+#: Every trial's policy file in a folder.
+PBT_POLICY_GLOB = PBT_POLICY.format("*")
 
 # --------------------------------------------------------------------------- trial folders
 
@@ -100,6 +114,9 @@ CALLBACK_STATE_GLOB = CALLBACK_STATE.format("*")
 PARAMS_FILE = "params.json"
 #: A trial's results, one JSON object per line (Ray's ``EXPR_RESULT_FILE``).
 RESULT_FILE = "result.json"
+#: A trial's results as CSV, one row per result, nested names joined by ``/`` (Ray's ``EXPR_PROGRESS_FILE``);
+#: it keeps rows that ``result.json`` loses when Ray restores a trial from a checkpoint (PBT).
+PROGRESS_FILE = "progress.csv"
 #: A trial's error and traceback (Ray's ``EXPR_ERROR_FILE``).
 ERROR_FILE = "error.txt"
 #: Prefix of a checkpoint folder's name, in a trial folder (Ray's and Ray Train's).

@@ -34,6 +34,8 @@ __all__ = [
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
     "pbt_population", "pbt_perturbations", "watch_skipped_exploits",
+    # PBT's perturbation logs (pbt_global.txt, pbt_policy_<trial id>.txt)
+    "pbt_log_rows", "pbt_orig_tag", "saved_trial_initial_config",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
     # the Ray process, the cluster and its jobs
@@ -459,6 +461,69 @@ def watch_skipped_exploits(note: Callable[[str, str], None]) -> None:
 def scheduler_time_attr(scheduler: Any) -> str:
     """A Hyperband scheduler's ``time_attr`` (kept as ``_time_attr`` in Ray 2.60)."""
     return scheduler._time_attr
+
+
+def pbt_log_rows(text: str) -> list[dict]:
+    """The perturbations in one of PBT's logs, oldest first: ``pbt_global.txt`` or ``pbt_policy_<id>.txt``.
+
+    Ray 2.60's ``PopulationBasedTraining._log_config_on_step`` (with ``log_config=True``, PB2
+    too) appends one JSON list per exploit: ``[target trial tag, cloned trial tag, target
+    training_iteration, cloned training_iteration, cloned trial's config, new config]``, the
+    tags being each trial's ``experiment_tag`` when PBT first saw it. A trial's policy file is
+    its clone's file at the exploit plus that line (``PopulationBasedTrainingReplay._load_policy``
+    reads it back). A line that does not parse (a half-written last line) is skipped.
+
+    Returns:
+        One dict a line: ``trial_tag``, ``cloned_tag``, ``iteration``, ``cloned_iteration``
+        (ints), ``cloned_config`` and ``new_config`` (dicts).
+    """
+    import json
+
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not (isinstance(row, list) and len(row) == 6 and isinstance(row[4], dict) and isinstance(row[5], dict)):
+            continue
+        rows.append({"trial_tag": str(row[0]), "cloned_tag": str(row[1]), "iteration": int(row[2] or 0),
+                     "cloned_iteration": int(row[3] or 0), "cloned_config": row[4], "new_config": row[5]})
+    return rows
+
+
+#: What ``ray.tune.schedulers.pbt._make_experiment_tag`` appends to a perturbed trial's tag.
+_PERTURBED_TAG = "@perturbed["
+
+
+def pbt_orig_tag(saved_trial: dict) -> str | None:
+    """The tag PBT's logs name a trial by, from the trial as the experiment state saved it.
+
+    Ray 2.60 keeps ``experiment_tag`` in each saved trial (:func:`saved_trials`); an exploit
+    sets it to ``<original tag>@perturbed[<new values>]`` (``pbt._make_experiment_tag``), and
+    the logs use the original tag (PBT's ``_PBTTrialState.orig_tag``).
+    """
+    tag = saved_trial.get("experiment_tag")
+    return tag.split(_PERTURBED_TAG, 1)[0] if isinstance(tag, str) and tag else None
+
+
+def saved_trial_initial_config(saved_trial: dict) -> dict:
+    """A saved trial's config as it started, before any perturbation.
+
+    Ray 2.60's saved trial holds ``config`` (the current one: PBT's ``Trial.set_config``
+    replaces it) and ``evaluated_params`` (the sampled values, flat names joined by ``/``,
+    set once when the trial was created); the first overlaid on the second gives the start.
+    """
+    import copy
+
+    config = copy.deepcopy(saved_trial.get("config")) if isinstance(saved_trial.get("config"), dict) else {}
+    params = saved_trial.get("evaluated_params")
+    for name, value in (params.items() if isinstance(params, dict) else ()):
+        keys, node = str(name).split("/"), config
+        for key in keys[:-1]:
+            node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else {}
+        node[keys[-1]] = value
+    return config
 
 
 def controller_trials(tune_controller: Any) -> list:

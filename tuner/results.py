@@ -9,6 +9,9 @@ Files written into the experiment folder ``<storage>/<name>/``:
 * ``results.csv``: one row per trial, best first (:mod:`tuner.best`: errored trials and
   trials without a finite value last): ``trial_id``, ``status``, ``config/<param>``
   (nested names joined by ``/``), then the last reported metrics.
+* PBT/PB2 runs: ``summary.json`` also holds ``perturbations`` (:func:`tuner.schedule.read_perturbations`),
+  and ``best_schedule.yaml`` holds the best trial's hyperparameter schedule
+  (:func:`tuner.schedule.best_schedule`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from ray.tune import ResultGrid
 
 from tuner.best import ERROR, best as best_of, metric_value, nan_to_none, ranked
 from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
-from tuner.layout import BEST_CONFIG, ERROR_FILE, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER, trial_id_of_folder
+from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PBT_GLOBAL, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER,
+                          trial_id_of_folder)
 from tuner.params import RAY_RESULT_KEYS, flatten
+from tuner.schedule import PBT_TYPES, best_schedule, read_perturbations
 from tuner.space import plain
 from tuner.spec import Spec
 
@@ -50,6 +55,10 @@ class TuneResult:
         summary: The content of ``summary.json``.
         aborted_error: The exception of the trial whose first error stopped the
             experiment (``failure.abort_on_first_error``), or None.
+        best_schedule: A PBT/PB2 run: the best trial's hyperparameter schedule, as in
+            ``best_schedule.yaml`` (:func:`tuner.schedule.best_schedule`: ``trial_id``,
+            ``policy_file``, ``changed``, ``schedule`` of ``from_iteration``/``trial_id``/
+            ``config`` steps); None for other schedulers or without a best trial.
     """
 
     best_config: dict[str, Any] | None
@@ -60,6 +69,15 @@ class TuneResult:
     dataframe: pd.DataFrame
     summary: dict[str, Any] = field(default_factory=dict)
     aborted_error: BaseException | None = field(default=None, repr=False)
+    best_schedule: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def perturbations(self) -> list[dict[str, Any]]:
+        """A PBT/PB2 run's perturbations, oldest first, as in ``summary.json``
+        (:func:`tuner.schedule.read_perturbations`: ``iteration``, ``time``, ``trial_id``,
+        ``cloned_from``, ``cloned_iteration``, ``old_config``, ``cloned_config``,
+        ``new_config``); empty for other schedulers."""
+        return list(self.summary.get("perturbations", []))
 
     @property
     def errors(self) -> list[dict[str, str]]:
@@ -103,6 +121,21 @@ def _statuses(grid: ResultGrid) -> list[str]:
     if trials is not None and len(trials) == len(grid):
         return [str(t.status) for t in trials]
     return ["ERROR" if r.error else "TERMINATED" for r in _results(grid)]
+
+
+def _trial_ids(grid: ResultGrid) -> list[str]:
+    """The trials' ids, in the grid's order.
+
+    From Ray's Trial objects where the grid has them: a PBT trial that exploited at its
+    last iteration ends with the cloned trial's checkpoint result as its last result, so
+    its ``metrics["trial_id"]`` names the cloned trial.
+    """
+    from tuner.ray_internals import result_grid_trials
+
+    trials = result_grid_trials(grid)
+    if trials is not None and len(trials) == len(grid):
+        return [str(t.trial_id) for t in trials]
+    return [(r.metrics or {}).get("trial_id") or trial_id_of_folder(Path(r.path).name) for r in _results(grid)]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -170,15 +203,15 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
 
     path = Path(experiment_path)
     statuses = _statuses(grid)
+    ids = _trial_ids(grid)
 
     def where(trial_path: str) -> str:  # a trial folder as the user can reach it
         return join(display(location), Path(trial_path).name) if location else str(trial_path)
 
     rows, errors = [], []
     aborted = aborted_error = None
-    for result, status in zip(_results(grid), statuses):
+    for result, status, trial_id in zip(_results(grid), statuses, ids):
         metrics = result.metrics or {}
-        trial_id = metrics.get("trial_id") or trial_id_of_folder(Path(result.path).name)
         row = {"trial_id": trial_id, "status": status}
         row.update({f"config/{k}": v for k, v in flatten(plain(result.config or {})).items()})
         row.update(_user_metrics(metrics) if metrics else {})
@@ -202,7 +235,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if best is not None:
         best_config = plain(best.config)
         best_metrics = _user_metrics(best.metrics)
-        best_id = best.metrics.get("trial_id")
+        best_id = next(i for r, i in zip(_results(grid), ids) if r is best)
         # A DDP trial's checkpoint is Ray Train's, passed on as the checkpoint_path metric.
         best_ckpt = best.checkpoint.path if best.checkpoint is not None else best.metrics.get("checkpoint_path")
         if location and best_ckpt:
@@ -229,12 +262,22 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     }
     if location:
         summary["location"] = display(location)
+    schedule = None
+    pbt = spec.scheduler.type in PBT_TYPES or (path / PBT_GLOBAL).is_file()
+    if pbt:
+        summary["perturbations"] = plain(read_perturbations(path, getattr(spec.scheduler, "time_attr",
+                                                                          "training_iteration")))
+        if best_id is not None:
+            schedule = plain(best_schedule(path, best_id))
     path.mkdir(parents=True, exist_ok=True)
     atomic_write(path / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")
     if best_config is not None:
         atomic_write(path / BEST_CONFIG, yaml.safe_dump(best_config, sort_keys=False))
+    if schedule is not None:
+        atomic_write(path / BEST_SCHEDULE, yaml.safe_dump(schedule, sort_keys=False))
     atomic_write(path / RESULTS_CSV, frame.to_csv(index=False))
-    return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary, aborted_error)
+    return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary, aborted_error,
+                      best_schedule=schedule)
 
 
 def _best(spec: Spec, grid: ResultGrid, statuses: list[str]):

@@ -16,7 +16,7 @@ from tuner.files import atomic_write
 from tuner.report.analysis import scheduler_rungs
 from tuner.report.loading import Experiment
 from tuner.report.plots import _plots, _save_pngs, _x_attr
-from tuner.report.text import _display_frame, _header
+from tuner.report.text import _display_frame, _header, pbt_lines
 
 __all__ = ["write_html"]
 
@@ -58,8 +58,9 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
     The page holds: the status and the best trial, its config as YAML, the budget used
     against the same trials without early stopping, the learning curves of every trial
     with the scheduler's rungs and where trials were stopped, the metric against each
-    parameter, parallel coordinates of the top trials, parameter importances, and the
-    trials table. Plots are embedded as base64 PNGs; the page has no script and loads
+    parameter, for a PBT/PB2 run the best trial's schedule and the population's lineage,
+    parallel coordinates of the top trials, parameter importances, and the trials table.
+    Plots are embedded as base64 PNGs; the page has no script and loads
     nothing else.
 
     Args:
@@ -94,6 +95,18 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
     rung_note = (f"Dashed lines: the {exp.spec.scheduler.type} rungs at {', '.join(f'{r:g}' for r in rungs)} "
                  f"{_x_attr(exp)}; x: where a trial was stopped early." if rungs else
                  "x: where a trial was stopped early (ended with fewer iterations than the longest trial).")
+    pbt_section = ""
+    if exp.pbt:
+        pbt = pbt_lines(exp)
+        pbt_section = (f"<h2>PBT schedule and lineage</h2>\n<p class=\"facts\">{e(pbt[0])}</p>\n"
+                       f"<pre>{e(chr(10).join(pbt[1:]) or '(no best trial yet)')}</pre>\n"
+                       f"{_img(pngs, 'pbt_schedule', 'PBT schedule')}\n"
+                       "<p class=\"note\">The best trial's hyperparameters by iteration: its weights were trained "
+                       "by the trial named at each step, whose checkpoint it (or its ancestor) copied "
+                       f"(best_schedule.yaml; `tuner run SPEC --replay {e(str(exp.path))}` retrains with it).</p>\n"
+                       f"{_img(pngs, 'pbt_lineage', 'PBT lineage')}\n"
+                       "<p class=\"note\">Each arrow: a trial of the bottom quantile copies the checkpoint of a trial "
+                       "of the top quantile (exploit) and trains on with a perturbed config (explore).</p>\n")
     generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -123,7 +136,7 @@ alike (same parallelism).</p>
 <p class="note">{e(rung_note)}</p>
 <h2>{e(str(exp.metric))} against each parameter</h2>
 {_img(pngs, "metric_vs_params", "metric against parameters")}
-<h2>Parallel coordinates of the top trials</h2>
+{pbt_section}<h2>Parallel coordinates of the top trials</h2>
 {_img(pngs, "parallel_coordinates", "parallel coordinates")}
 <h2>Parameter importances</h2>
 {_img(pngs, "importances", "parameter importances")}

@@ -4,8 +4,10 @@ Everything comes from files, so a finished, a running and an interrupted experim
 read alike: ``spec.yaml`` (metric, mode, scheduler, the sampled parameters),
 ``tuner_run.json`` (start time), ``summary.json`` (when it describes the experiment as
 it is now), the newest readable ``experiment_state-*.json`` (every trial's id, status
-and folder, pending trials included), and each trial folder's ``params.json`` and
-``result.json``. Also the small value helpers the other report modules share. No Ray,
+and folder, pending trials included), each trial folder's ``params.json`` and
+``result.json`` (with the rows only ``progress.csv`` kept, see :func:`_progress_rows`),
+and for a PBT/PB2 run Ray's perturbation logs (:mod:`tuner.schedule`).
+Also the small value helpers the other report modules share. No Ray,
 no matplotlib.
 """
 
@@ -22,9 +24,10 @@ import pandas as pd
 
 from tuner.best import best_reported, has_result, nan_to_none, ranked
 from tuner.errors import InputError
-from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, RESULT_FILE, RESULTS_CSV,
-                          RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
+from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
+                          RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
 from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, distributions, flatten, nest
+from tuner.schedule import best_schedule, is_pbt_experiment, read_perturbations
 from tuner.spec import Spec, SpecError, load_spec
 from tuner.state import ExperimentState, read_state
 
@@ -72,6 +75,11 @@ class Experiment:
             of the metric among the trials that did not error, NaN and inf skipped (as
             ``summary.json``).
         params: The sampled parameters (``config/`` names without the prefix).
+        pbt: Whether the run was PBT/PB2 (:func:`tuner.schedule.is_pbt_experiment`).
+        perturbations: A PBT/PB2 run's perturbations (:func:`tuner.schedule.read_perturbations`);
+            empty otherwise.
+        schedule: A PBT/PB2 run: the best trial's schedule (:func:`tuner.schedule.best_schedule`),
+            or None.
     """
 
     path: Path
@@ -86,6 +94,9 @@ class Experiment:
     history: pd.DataFrame
     best_trial: str | None
     params: list[str] = field(default_factory=list)
+    pbt: bool = False
+    perturbations: list[dict] = field(default_factory=list)
+    schedule: dict | None = None
 
     @property
     def last_col(self) -> str | None:
@@ -167,6 +178,32 @@ def _results(file: Path) -> list[dict]:
             continue
         if isinstance(result, dict):
             rows.append(result)
+    return rows
+
+
+def _progress_rows(file: Path) -> list[dict]:
+    """The numeric values of each row of a trial's ``progress.csv`` (nested names joined by ``/``).
+
+    Ray restores a trial's ``result.json`` from its checkpoint's copy when PBT (or any pause)
+    restarts it from a checkpoint, so the rows reported since that copy was made are lost
+    from ``result.json``; ``progress.csv`` keeps them (Ray 2.60).
+    """
+    import csv
+
+    rows: list[dict] = []
+    try:
+        with open(file, newline="", encoding="utf-8", errors="replace") as f:
+            for raw in csv.DictReader(f):
+                row = {}
+                for key, text in raw.items():
+                    try:
+                        row[key] = int(text) if text.lstrip("-").isdigit() else float(text.replace("_", "x"))
+                    except (TypeError, ValueError):
+                        continue
+                if "training_iteration" in row:
+                    rows.append(row)
+    except (OSError, csv.Error):
+        pass
     return rows
 
 
@@ -284,6 +321,13 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
             flat = flatten({k: v for k, v in r.items() if k not in _NOT_METRICS})
             row = {k: v for k, v in flat.items() if _numeric(v)}
             per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
+        if folder is not None and results:  # rows that result.json lost on a restore (_progress_rows)
+            lost = {r["training_iteration"]: r for r in _progress_rows(folder / PROGRESS_FILE)
+                    if r["training_iteration"] not in per_iter}
+            if lost:
+                for it, r in lost.items():
+                    per_iter[it] = {k: v for k, v in r.items() if k not in _NOT_METRICS and _numeric(v)}
+                per_iter = dict(sorted(per_iter.items(), key=lambda kv: kv[0]))
         trial_hist = [{"trial_id": trial_id, **row} for row in per_iter.values()]
         history.extend(trial_hist)
         status = info.get("status") or csv_status.get(trial_id)
@@ -352,6 +396,10 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     hist = pd.DataFrame(history)
     if hist.empty:
         hist = pd.DataFrame(columns=["trial_id", "training_iteration"])
+    pbt = is_pbt_experiment(path)
+    perturbations = read_perturbations(path, spec.scheduler.time_attr if spec else "training_iteration") \
+        if pbt else []
+    schedule = best_schedule(path, best_trial) if pbt and best_trial is not None else None
     return Experiment(path=path, name=path.name, spec=spec, metric=metric, mode=mode, status=status,
                       started=record.get("created"), summary=summary, trials=trials, history=hist,
-                      best_trial=best_trial, params=params)
+                      best_trial=best_trial, params=params, pbt=pbt, perturbations=perturbations, schedule=schedule)

@@ -1,6 +1,7 @@
 """The report's plots, drawn with matplotlib (no pyplot) and rendered to PNG: learning
 curves with the scheduler's rungs, the metric against each parameter, parallel
-coordinates of the top trials, parameter importances and the budget.
+coordinates of the top trials, parameter importances and the budget; for a PBT/PB2 run
+also the best trial's hyperparameter schedule and the population's lineage.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from tuner.best import has_result, is_finite_number
 from tuner.files import atomic_write
-from tuner.params import distributions
+from tuner.params import distributions, flatten
 from tuner.report.analysis import budget, importances, scheduler_rungs
 from tuner.report.loading import Experiment, _numeric, _py
 
@@ -221,6 +222,83 @@ def _plot_budget(b: dict[str, Any]):
     return fig
 
 
+def _schedule_params(exp: Experiment) -> list[str]:
+    """The hyperparameters the best trial's schedule shows: those that change along it, else
+    the sampled ones its configs hold."""
+    schedule = exp.schedule or {}
+    if schedule.get("changed"):
+        return list(schedule["changed"])
+    names = set().union(*(flatten(step["config"]) for step in schedule.get("schedule", [])))
+    return [p for p in exp.params if p in names] or sorted(names)
+
+
+def _plot_pbt_schedule(exp: Experiment):
+    """The best trial's hyperparameters against training_iteration, a step plot per hyperparameter."""
+    steps = (exp.schedule or {}).get("schedule") or []
+    params = _schedule_params(exp)
+    if not steps or not params:
+        return None
+    h = exp.history[exp.history["trial_id"] == exp.best_trial] if not exp.history.empty else exp.history
+    last = int(h["training_iteration"].max()) if not h.empty else max(s["from_iteration"] for s in steps)
+    shown = [s for s in steps if s["from_iteration"] <= last]
+    fig = _figure(9, 1.0 + 2.2 * len(params))
+    for i, name in enumerate(params):
+        ax = fig.add_subplot(len(params), 1, i + 1)
+        values = [flatten(s["config"]).get(name) for s in shown]
+        numeric = all(_numeric(v) for v in values)
+        labels = None if numeric else sorted({str(v) for v in values})
+        ys = values if numeric else [labels.index(str(v)) for v in values]
+        xs = [s["from_iteration"] for s in shown]
+        ax.step(xs + [last + 1], ys + ys[-1:], where="post", color="crimson", lw=2)
+        for x, y, s in zip(xs, ys, shown):
+            ax.plot([x], [y], "o", color="crimson", ms=4)
+            ax.annotate(str(s["trial_id"]), (x, y), textcoords="offset points", xytext=(3, 4), fontsize=7,
+                        color="dimgrey")
+        if numeric and all(v > 0 for v in values) and max(values) / min(values) > 100:
+            ax.set_yscale("log")
+        if labels is not None:
+            ax.set_yticks(range(len(labels)), labels)
+        ax.set_ylabel(name)
+        ax.set_xlim(0.5, last + 1)
+        ax.grid(alpha=0.3)
+        if i == len(params) - 1:
+            ax.set_xlabel("training_iteration (the config applies from the step on; label: the trial that trained)")
+    fig.suptitle(f"PBT schedule of the best trial {exp.best_trial}")
+    return fig
+
+
+def _plot_pbt_lineage(exp: Experiment):
+    """Which trial cloned which, against time: a row per trial, an arrow per exploit from the
+    cloned trial's checkpoint to the trial that copied it; the best trial's lineage in red."""
+    if not exp.perturbations or exp.trials.empty:
+        return None
+    order = list(exp.trials["trial_id"])  # best first, at the top
+    extra = [t for p in exp.perturbations for t in (p["trial_id"], p["cloned_from"]) if t not in order]
+    order += list(dict.fromkeys(extra))
+    row = {t: len(order) - 1 - i for i, t in enumerate(order)}
+    fig = _figure(9, 1.2 + 0.45 * len(order))
+    ax = fig.add_subplot()
+    iters = dict(zip(exp.trials["trial_id"], exp.trials["iterations"]))
+    for t in order:
+        ax.plot([0.5, max(1, iters.get(t, 0) or 0) + 0.5], [row[t]] * 2, color="lightgrey", lw=6,
+                solid_capstyle="butt", zorder=1)
+    best_links = set()
+    for s in (exp.schedule or {}).get("schedule", [])[1:]:  # the exploits the best trial's weights came through
+        best_links.add((s["trial_id"], s["from_iteration"] - 1))
+    for p in exp.perturbations:
+        on_path = (p["trial_id"], p["cloned_iteration"]) in best_links
+        ax.annotate("", xy=(p["iteration"] + 0.5, row[p["trial_id"]]),
+                    xytext=(p["cloned_iteration"] + 0.5, row[p["cloned_from"]]),
+                    arrowprops=dict(arrowstyle="->", color="crimson" if on_path else "tab:blue",
+                                    lw=2 if on_path else 1, alpha=1 if on_path else 0.6), zorder=3 if on_path else 2)
+    ax.set_yticks([row[t] for t in order], [f"{t} *" if t == exp.best_trial else t for t in order], fontsize=8)
+    ax.set_xlabel("training_iteration (arrow: a trial copies the checkpoint of the trial it points from)")
+    ax.set_title(f"PBT lineage: {len(exp.perturbations)} perturbations of {len(order)} trials "
+                 "(red: the best trial's lineage)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
 def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Render every plot to PNG bytes; also returns the facts shown beside them."""
     imp, note = importances(exp)
@@ -231,6 +309,8 @@ def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]
         "parallel_coordinates": _plot_parallel(exp, top),
         "importances": _plot_importances(imp, note),
         "budget": _plot_budget(b) if not exp.trials.empty else None,
+        "pbt_schedule": _plot_pbt_schedule(exp) if exp.pbt else None,
+        "pbt_lineage": _plot_pbt_lineage(exp) if exp.pbt else None,
     }
     return {k: _png(f) for k, f in figs.items() if f is not None}, {"importances": imp, "note": note, "budget": b}
 
@@ -245,7 +325,8 @@ def write_plots(exp: Experiment, folder: str | os.PathLike, top: int = 10) -> di
 
     Returns:
         Plot name -> PNG file: ``learning_curves``, ``metric_vs_params``,
-        ``parallel_coordinates``, ``importances``, ``budget`` (those that apply).
+        ``parallel_coordinates``, ``importances``, ``budget``, and for a PBT/PB2 run
+        ``pbt_schedule`` and ``pbt_lineage`` (those that apply).
     """
     pngs, _ = _plots(exp, top)
     return _save_pngs(pngs, Path(folder))

@@ -14,7 +14,7 @@ import pandas as pd
 from tuner.report.analysis import budget
 from tuner.report.loading import Experiment, ReportError, _is_experiment, _py, load_experiment
 
-__all__ = ["render", "list_experiments", "render_list", "FORMATS"]
+__all__ = ["render", "list_experiments", "render_list", "pbt_lines", "FORMATS"]
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -44,6 +44,32 @@ def _header(exp: Experiment) -> list[str]:
     return lines
 
 
+def pbt_lines(exp: Experiment) -> list[str]:
+    """The PBT/PB2 section: how many perturbations, and the best trial's schedule step by step.
+
+    Returns:
+        Lines of text; empty when the run was not PBT/PB2.
+    """
+    if not exp.pbt:
+        return []
+    n = len(exp.perturbations)
+    lines = [f"PBT: {n} perturbation{'s' if n != 1 else ''} of the population"]
+    schedule = exp.schedule or {}
+    if schedule.get("schedule"):
+        changed = schedule.get("changed") or []
+        lines.append(f"Schedule of the best trial {schedule['trial_id']}"
+                     + (f" ({', '.join(changed)} change{'s' if len(changed) == 1 else ''}):" if changed else
+                        " (never changed):"))
+        from tuner.params import flatten
+
+        for step in schedule["schedule"]:
+            config = flatten(step["config"])
+            shown = {k: config[k] for k in changed if k in config} if changed else config
+            lines.append(f"  from iteration {step['from_iteration']}: "
+                         f"{', '.join(f'{k}={_fmt(v)}' for k, v in shown.items())} (trained by {step['trial_id']})")
+    return lines
+
+
 def _display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
     t = exp.trials.head(top) if top else exp.trials
     cols = ["trial_id", "status", "iterations"] + [f"config/{p}" for p in exp.params if f"config/{p}" in t]
@@ -69,7 +95,9 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
         exp: From :func:`load_experiment`.
         fmt: ``table`` (a header and the trials, best marked ``*``), ``csv`` (every
             column of :attr:`Experiment.trials`) or ``json`` (``experiment``: status,
-            best trial and config, budget; ``trials``: one object per trial).
+            best trial and config, budget, for a PBT/PB2 run ``perturbations`` and
+            ``best_schedule``; ``trials``: one object per trial). A PBT/PB2 run's table
+            has the :func:`pbt_lines` under its header.
         top: Only the ``top`` best trials.
 
     Returns:
@@ -78,6 +106,9 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
     t = exp.trials.head(top) if top else exp.trials
     if fmt == "table":
         lines = _header(exp)
+        pbt = pbt_lines(exp)
+        if pbt:
+            lines += ["", *pbt]
         if t.empty:
             lines.append("(no trials yet)")
         else:
@@ -104,6 +135,7 @@ def _facts(exp: Experiment) -> dict[str, Any]:
         "best": None if exp.best_trial is None else {"trial_id": exp.best_trial, "value": best_value,
                                                     "config": exp.best_config},
         "budget": budget(exp),
+        **({"perturbations": exp.perturbations, "best_schedule": exp.schedule} if exp.pbt else {}),
     }
 
 

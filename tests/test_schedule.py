@@ -1,0 +1,185 @@
+"""What a PBT run gives back (tuner/schedule.py): the perturbations in summary.json, best_schedule.yaml,
+the report's PBT plots, and `tuner run --replay`, on one real PBT run through a tuner spec (4 trials of
+tests.trainables:pbt_member, synchronous, 6 iterations, a perturbation every 2) made once for the module.
+"""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.layout import BEST_SCHEDULE, PBT_GLOBAL, PROGRESS_FILE, REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY
+
+pytestmark = pytest.mark.xdist_group("test_schedule")
+
+SPEC = """\
+name: pbt
+trainable: tests.trainables:pbt_member
+metric: score
+mode: max
+seed: 1
+stop: {training_iteration: 6}
+param_space:
+  lr: {type: grid, values: [0.1, 0.2, 0.4, 0.8]}
+scheduler:
+  type: pbt
+  perturbation_interval: 2
+  quantile_fraction: 0.5
+  synch: true
+  mutations:
+    lr: {type: choice, values: [0.1, 0.2, 0.4, 0.8]}
+reporting: {cli: {enabled: false}}
+"""
+
+
+def _lr_by_iteration(trial_folder: Path) -> dict[int, float]:
+    with open(trial_folder / PROGRESS_FILE, newline="") as f:
+        return {int(r["training_iteration"]): float(r["lr"]) for r in csv.DictReader(f)}
+
+
+def _trial_folder(exp: Path, trial_id: str) -> Path:
+    return next(p for p in exp.iterdir() if p.is_dir() and p.name.endswith(trial_id))
+
+
+@pytest.fixture(scope="module")
+def pbt(tmp_path_factory, ray_local):
+    """The PBT run: (spec file, TuneResult)."""
+    from tuner.engine import tune_model
+
+    root = tmp_path_factory.mktemp("pbt")
+    spec = root / "pbt.yaml"
+    spec.write_text(SPEC + f"storage: {root / 'runs'}\n")
+    return spec, tune_model(spec)
+
+
+@pytest.mark.slow
+def test_perturbations_are_read_from_rays_logs(pbt):
+    """summary.json's perturbations: one per line of Ray's pbt_global.txt, trial ids (not tags), and the
+    trial trained on with the new config right after the exploit."""
+    _, result = pbt
+    exp = Path(result.experiment_path)
+    summary = json.loads((exp / SUMMARY).read_text())
+    lines = (exp / PBT_GLOBAL).read_text().splitlines()
+    assert summary["perturbations"] == result.perturbations
+    assert len(result.perturbations) == len(lines) >= 2
+    ids = set(result.dataframe["trial_id"])
+    assert len(ids) == 4, "a PBT trial must keep its own id in results.csv"
+    for p in result.perturbations:
+        assert {p["trial_id"], p["cloned_from"]} <= ids
+        assert p["time"] == p["iteration"] and p["iteration"] % 2 == 0
+        assert p["cloned_config"]["lr"] in (0.1, 0.2, 0.4, 0.8) and p["new_config"]["lr"] in (0.1, 0.2, 0.4, 0.8)
+        lr = _lr_by_iteration(_trial_folder(exp, p["trial_id"]))
+        if p["iteration"] + 1 in lr:  # an exploit at the last iteration has nothing after it
+            assert lr[p["iteration"] + 1] == p["new_config"]["lr"], p
+    firsts = {}
+    for p in result.perturbations:  # the old config is the trial's own: its sampled lr, then the last new one
+        firsts.setdefault(p["trial_id"], p)
+    for trial_id, p in firsts.items():
+        assert p["old_config"]["lr"] == _lr_by_iteration(_trial_folder(exp, trial_id))[1]
+
+
+@pytest.mark.slow
+def test_best_schedule_yaml_matches_the_perturbations(pbt):
+    from tuner.schedule import best_schedule
+
+    _, result = pbt
+    exp = Path(result.experiment_path)
+    written = yaml.safe_load((exp / BEST_SCHEDULE).read_text())
+    assert written == result.best_schedule and written["trial_id"] == result.best_trial_id
+    assert written["schedule"][0]["from_iteration"] == 1
+    assert written["schedule"][-1]["config"] == result.best_config or written["changed"]
+    # every perturbed trial's schedule: its steps after the first are its lineage's exploits
+    for trial_id in {p["trial_id"] for p in result.perturbations}:
+        schedule = best_schedule(exp, trial_id)
+        steps = schedule["schedule"]
+        assert schedule["policy_file"] is not None and len(steps) >= 2
+        own = [p for p in result.perturbations if p["trial_id"] == trial_id]
+        assert steps[-1] == {"from_iteration": own[-1]["cloned_iteration"] + 1, "trial_id": trial_id,
+                             "config": own[-1]["new_config"]}
+        for step in steps[1:]:
+            assert any(p["trial_id"] == step["trial_id"] and p["new_config"] == step["config"]
+                       and p["cloned_iteration"] + 1 == step["from_iteration"] for p in result.perturbations)
+
+
+@pytest.mark.slow
+def test_report_draws_the_schedule_and_the_lineage(pbt, run_cli, tmp_path):
+    _, result = pbt
+    table = run_cli("report", result.experiment_path)
+    assert table.returncode == 0, table.stderr
+    assert f"PBT: {len(result.perturbations)} perturbations of the population" in table.stdout
+    assert f"Schedule of the best trial {result.best_trial_id}" in table.stdout
+    page = tmp_path / "r.html"
+    html = run_cli("report", result.experiment_path, "--format", "html", "--output", page)
+    assert html.returncode == 0, html.stderr
+    plots = page.with_name("r_plots")
+    for name in ("pbt_schedule", "pbt_lineage"):
+        assert (plots / f"{name}.png").stat().st_size > 1000
+    assert "PBT schedule and lineage" in page.read_text()
+
+
+def test_the_report_of_other_schedulers_has_no_pbt_section(tmp_path):
+    from tuner.report import load_experiment, render
+
+    (tmp_path / SPEC_SNAPSHOT).write_text(SPEC.replace("type: pbt", "type: asha").split("scheduler:")[0])
+    exp = load_experiment(tmp_path)
+    assert not exp.pbt and "PBT" not in render(exp)
+
+
+@pytest.mark.slow
+def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli):
+    """A replay of a perturbed trial: one trial, started with the schedule's first config, whose lr
+    changes at each step of the schedule (progress.csv), in <name>-replay with the policy it replayed."""
+    from tuner.schedule import best_schedule
+
+    spec, result = pbt
+    exp = Path(result.experiment_path)
+    trial_id = sorted({p["trial_id"] for p in result.perturbations})[0]
+    steps = best_schedule(exp, trial_id)["schedule"]
+    proc = run_cli("run", spec, "--replay", f"{exp}:{trial_id}", "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    replay = exp.with_name("pbt-replay")
+    assert (replay / REPLAY_POLICY).read_text() == (exp / f"pbt_policy_{trial_id}.txt").read_text()
+    assert json.loads((replay / RUN_RECORD).read_text())["replay"]["trial_id"] == trial_id
+    assert (replay / SPEC_SNAPSHOT).read_text().startswith("# A replay (tuner run --replay)")
+    folders = [p for p in replay.iterdir() if p.is_dir() and (p / PROGRESS_FILE).is_file()]
+    assert len(folders) == 1
+    lr = _lr_by_iteration(folders[0])
+    expected = {i: [s for s in steps if s["from_iteration"] <= i][-1]["config"]["lr"] for i in range(1, 7)}
+    assert len(lr) >= 2 and lr == {i: expected[i] for i in lr}, "the replay left the schedule"
+    if len(lr) < len(expected):  # open problem: seen on every run so far, from Ray's side (see the report)
+        pytest.xfail(f"Ray 2.60's PopulationBasedTrainingReplay ended the trial after {len(lr)} of "
+                     f"{len(expected)} iterations (after a config change it restores the trial, which ends "
+                     "TERMINATED one iteration later; the same with plain ray.tune.Tuner)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["missing", "not_pbt", "unknown_trial"])
+def test_replay_errors(case, pbt, run_cli, tmp_path):
+    """Bad --replay: one paragraph, exit 2, nothing started or written."""
+    spec, result = pbt
+    exp = Path(result.experiment_path)
+    if case == "missing":
+        target, expected = tmp_path / "nowhere", (
+            f"tuner: error: --replay {tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} is not an experiment folder "
+            "(no such folder); give the folder of a PBT or PB2 experiment, e.g. --replay runs/mnist-pbt, or "
+            "--replay runs/mnist-pbt:TRIAL_ID for a trial other than the best.")
+    elif case == "not_pbt":
+        target = tmp_path / "asha"
+        target.mkdir()
+        (target / SPEC_SNAPSHOT).write_text("scheduler: {type: asha}\n")
+        expected = (f"tuner: error: --replay {target}: {target} is not a PBT or PB2 experiment (its spec.yaml's "
+                    "scheduler.type is neither pbt nor pb2, and it holds no pbt_global.txt), so it has no "
+                    "hyperparameter schedule to replay; give the folder of an experiment run with scheduler: "
+                    "{type: pbt} or {type: pb2}.")
+    else:
+        target = f"{exp}:nope"
+        ids = ", ".join(sorted(result.dataframe["trial_id"]))
+        expected = (f"tuner: error: --replay {target}: {exp} has no trial 'nope'; its trials are: {ids} "
+                    f"(`tuner report {exp}` lists them, best first).")
+    before = sorted(p.name for p in exp.parent.iterdir())
+    proc = run_cli("run", spec, "--replay", target, "--name", f"replay-{case}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == expected
+    assert sorted(p.name for p in exp.parent.iterdir()) == before
