@@ -308,6 +308,68 @@ def search_objective(config: dict) -> None:
             tune.report(metrics)
 
 
+#: The learning-rate schedule toy (:func:`schedule_objective`): Ray Tune's PBT toy
+#: (``ray/tune/examples/pbt_function.py``, ``pbt_function``), made deterministic.
+SCHEDULE_MIDPOINT = 50.0
+SCHEDULE_LR_BOUNDS = (1e-4, 2e-2)
+
+
+def schedule_optimal_lr(accuracy: float) -> float:
+    """The best learning rate at this accuracy: a triangle that rises from 0.001 to 0.01 at the
+    midpoint and falls back to 0.001 at twice the midpoint (Ray's ``pbt_function``)."""
+    m = SCHEDULE_MIDPOINT
+    lr = 0.01 * accuracy / m if accuracy < m else 0.01 - 0.01 * (accuracy - m) / m
+    return min(0.01, max(0.001, lr))
+
+
+def schedule_step(accuracy: float, lr: float, u: float) -> float:
+    """One training step of the toy: the accuracy grows by ``u / q`` while the learning rate is
+    within a factor ``q < 3`` of the best one, stalls when it is lower than that, and falls by
+    ``(q - 3) u / 2`` when it is higher (Ray's ``pbt_function``, without its Gaussian noise).
+    ``u`` in [0.5, 1.5) is the step's noise."""
+    best = schedule_optimal_lr(accuracy)
+    q = max(lr, best) / min(lr, best)
+    if q < 3:
+        accuracy += u / q
+    elif lr > best:
+        accuracy -= (q - 3) * u / 2
+    return max(0.0, accuracy)
+
+
+def schedule_objective(config: dict) -> None:
+    """A trial whose best learning rate changes as it trains (PBT's case): one report of
+    ``accuracy`` per step, ``config["max_t"]`` steps, a checkpoint (accuracy, step) at every
+    step, each step charged against the experiment's budget (``budget_file``, ``budget``).
+
+    No fixed learning rate follows the schedule, so a trial with one stalls; a schedule that
+    tracks :func:`schedule_optimal_lr` gains about 1 a step. The noise of step t is a pure
+    function of (seed, t, accuracy), so a clone continues as its parent would have.
+    """
+    import random
+    import tempfile
+
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    lr, seed, max_t = float(config["lr"]), int(config.get("seed", 0)), int(config["max_t"])
+    accuracy, start = 0.0, 1
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            with open(os.path.join(folder, "state.json"), encoding="utf-8") as f:
+                state = json.load(f)
+        accuracy, start = state["accuracy"], state["step"] + 1
+    for t in range(start, max_t + 1):
+        u = 0.5 + random.Random(f"{seed} {t} {accuracy:.9f}").random()
+        accuracy = schedule_step(accuracy, lr, u)
+        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, -accuracy, accuracy)
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w", encoding="utf-8") as f:
+                json.dump({"accuracy": accuracy, "step": t}, f)
+            tune.report({"accuracy": accuracy, "lr": lr, "budget_used": rank, "step": t},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+
+
 def read_budget_file(path: str) -> list[tuple[str, int, float, float]]:
     """The steps of an experiment in the order they ran: ``(trial_id, step, value, true_value)``."""
     out = []
