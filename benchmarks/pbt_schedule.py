@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import ROOT, load_average, machine_line, write_section  # noqa: E402
-from benchmarks.workloads import (  # noqa: E402
+from benchmarks._common import ROOT, load_average, machine_line, write_section
+from benchmarks.workloads import (
     SCHEDULE_LR_BOUNDS, read_budget_file, schedule_optimal_lr, schedule_step)
 
 HEADING = "PBT and PB2: a schedule, not a configuration (`benchmarks/pbt_schedule.py`)"
@@ -96,7 +96,7 @@ def run_one(method: str, seed: int, population: int, max_t: int, storage: Path) 
         if "trial_dir_name" not in str(err):
             raise
         ray_error = str(err)
-    except Exception as err:  # noqa: BLE001 - the budget stop of random+asha ends the run with an error
+    except Exception as err:
         if method != "random+asha":
             raise
         ray_error = f"{type(err).__name__}: {err}"
