@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from types import SimpleNamespace
 from collections.abc import Callable
 
 import pytest
@@ -213,6 +214,7 @@ ROUTED = {
     "CLIReporterHooks": ("tuner.reporting.TableReporter", ("table_best_trial", "edit_table")),
     "TBXLoggerHooks": ("tuner.reporting.HParamsTBXCallback", ("log_hparams",)),
     "WandbLoggerHooks": ("tuner.reporting.WandbCallback", ("init_kwargs", "actor_env")),
+    "PBTCloneSourceHooks": ("tuner.algorithms._PopulationBasedTraining", ()),
 }
 
 INTERNALS = [
@@ -374,6 +376,19 @@ INTERNALS = [
     Internal("ray.tune.schedulers.PopulationBasedTraining", "tests/test_pbt.py (the count of exploits)",
              _called(lambda cls: cls(hyperparam_mutations={"x": [1, 2]}), attrs("_num_perturbations")),
              via="pbt_perturbations"),
+    Internal("ray.tune.schedulers.PopulationBasedTraining", "tuner/algorithms.py: KeepsCloneSources",
+             _mixin_fits("PBTCloneSourceHooks", "keep_clone_source"), via="PBTCloneSourceHooks"),
+    Internal("ray.tune.schedulers.PopulationBasedTraining._checkpoint_or_exploit",
+             "tuner/algorithms.py: KeepsCloneSources (a top trial's clone source, kept in last_checkpoint)",
+             all_of(params("trial", "tune_controller", "upper_quantile", "lower_quantile"),
+                    source_has("state.last_checkpoint = tune_controller._schedule_trial_save(",
+                               "state.last_checkpoint = trial.checkpoint", "last_checkpoint.resolve()")),
+             via="PBTCloneSourceHooks"),
+    Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/algorithms.py: KeepsCloneSources",
+             _called(lambda cls: cls(SimpleNamespace(experiment_tag="t")), attrs("last_checkpoint", "last_result")), via="pbt_clone_sources"),
+    Internal("ray.tune.schedulers.PopulationBasedTraining._exploit",
+             "tuner/algorithms.py: KeepsCloneSources (clones restore from the kept source)",
+             source_has("copy.copy(new_state.last_checkpoint)"), via="PBTCloneSourceHooks"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._checkpoint_or_exploit",
              "tuner/algorithms.py: _SkippedExploitNote (the note when a top trial has no checkpoint)",
              source_has('f"[pbt]: no checkpoint for trial {trial_to_clone}."', '" Skip exploit for Trial {trial}"'),

@@ -38,6 +38,7 @@ from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
+from tuner import ray_internals
 from tuner.params import PATH_SEP, leaves
 from tuner.rungs import bracket_rungs
 from tuner.scheduler_state import KeepsState
@@ -218,13 +219,61 @@ class _SkippedExploitNote:
              "load_checkpoint. (Said once a run.)")
 
 
-class _PopulationBasedTraining(KeepsState, PopulationBasedTraining):
+class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
+    """PBT and PB2 whose clone sources outlive the top trials' ``num_to_keep``.
+
+    Ray's PBT keeps, at a top trial's perturbation point, a reference to that trial's checkpoint,
+    and clones a bottom trial from it later. By then the top trial has trained on and saved
+    newer checkpoints, and Ray deletes the old ones past ``checkpoint.num_to_keep``; a bottom
+    trial that waits for a free CPU before it restores waits longer still. The clone then
+    fails: "Could not recover from checkpoint as it does not exist on storage anymore".
+    Measured: a population of 8 on 2 CPUs, a checkpoint every iteration, ``num_to_keep: 2``
+    (benchmarks/pbt_schedule.py): 6 of 8 trials errored.
+
+    Here each top trial's checkpoint is copied at its perturbation point, into
+    ``<experiment>/pbt_clone_sources/<trial id>-<iteration>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
+    hard links on a local disk, so no extra space while the original lives; a copy in cloud
+    storage), and the clones restore from the copy. A copy is deleted once no trial can restore
+    from it: when it is neither a kept clone source nor any trial's latest checkpoint (a clone's
+    latest checkpoint is the copy until it saves its own).
+    """
+
+    def keep_clone_source(self, trial, checkpoint):
+        from ray.tune import Checkpoint
+
+        from tuner.layout import CLONE_SOURCES_DIR
+        from tuner.ray_internals import experiment_fs_path
+        from tuner.storage import copy_tree, delete_tree
+
+        experiment = experiment_fs_path(trial)
+        if experiment is None or not getattr(checkpoint, "path", None):
+            return checkpoint
+        fs = checkpoint.filesystem
+        folder = f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}"
+        result = ray_internals.pbt_population(self)[trial].last_result or {}  # this perturbation point's
+        kept = f"{folder}/{trial.trial_id}-{result.get('training_iteration', 0)}"
+        if checkpoint.path.rstrip("/") == kept:
+            return checkpoint
+        delete_tree(fs, kept)  # one from an earlier run of this iteration (a resume)
+        copy_tree(fs, checkpoint.path, kept)
+        needed = {kept} | {c.path.rstrip("/") for c in ray_internals.pbt_clone_sources(self)}
+        needed |= {t.checkpoint.path.rstrip("/") for t in ray_internals.pbt_population(self)
+                   if t.checkpoint is not None and getattr(t.checkpoint, "path", None)}
+        import pyarrow.fs as pafs
+
+        for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+            if info.path.rstrip("/") not in needed:
+                delete_tree(fs, info.path)
+        return Checkpoint(kept, filesystem=fs)
+
+
+class _PopulationBasedTraining(KeepsState, KeepsCloneSources, PopulationBasedTraining):
     """Ray's ``PopulationBasedTraining`` (Jaderberg et al., 2017), whose population (each trial's last score,
     last perturbation time and checkpoint, the count of perturbations) survives a resume
     (:mod:`tuner.scheduler_state`)."""
 
 
-class _PB2(KeepsState, PB2):
+class _PB2(KeepsState, KeepsCloneSources, PB2):
     """Ray's ``PB2`` (Parker-Holder et al., NeurIPS 2020), whose population and GP data survive a resume
     (:mod:`tuner.scheduler_state`)."""
 

@@ -25,7 +25,8 @@ No Ray here (``tuner report`` reads experiment folders without Ray).
 from __future__ import annotations
 
 __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV", "LOG_FILE", "TUNER_FILES",
-           "LOCK_FILE", "STATE_SNAPSHOT_DIR", "BUDGET_SPENT", "TIMEOUT_MARKER", "PLACEMENT_GROUP_FILE",
+           "LOCK_FILE", "CLONE_SOURCES_DIR",
+           "STATE_SNAPSHOT_DIR", "BUDGET_SPENT", "TIMEOUT_MARKER", "PLACEMENT_GROUP_FILE",
            "RAY_LOGS_LINK", "HPARAMS_EVENTS_PREFIX", "HPARAMS_EVENTS_SUFFIX", "EVENTS_GLOB", "TMP_SUFFIX",
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
@@ -75,6 +76,10 @@ HPARAMS_EVENTS_PREFIX = "events"
 HPARAMS_EVENTS_SUFFIX = ".hparams"
 #: TensorBoard event files directly in the experiment folder (the HParams summary).
 EVENTS_GLOB = f"{HPARAMS_EVENTS_PREFIX}.out.tfevents.*"
+#: PBT/PB2's clone sources: a copy of each top trial's checkpoint that a bottom trial may be cloned from,
+#: ``<folder>/<trial id>-<iteration>`` (:class:`tuner.algorithms.KeepsCloneSources`), so that it outlives
+#: the top trial's ``num_to_keep``.
+CLONE_SOURCES_DIR = "pbt_clone_sources"
 #: Suffix of a file being written (``tuner.files.atomic_write``: write, then rename).
 TMP_SUFFIX = ".tmp"
 #: Suffix of a file being downloaded into a cloud experiment's mirror.

@@ -33,7 +33,7 @@ __all__ = [
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
-    "pbt_population", "pbt_perturbations", "watch_skipped_exploits",
+    "pbt_population", "pbt_perturbations", "watch_skipped_exploits", "PBTCloneSourceHooks", "pbt_clone_sources",
     # PBT's perturbation logs (pbt_global.txt, pbt_policy_<trial id>.txt)
     "pbt_log_rows", "pbt_orig_tag", "saved_trial_initial_config",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
@@ -421,6 +421,46 @@ def pbt_population(scheduler: Any) -> dict:
 def pbt_perturbations(scheduler: Any) -> int:
     """How many exploits a PBT or PB2 scheduler has made (``_num_perturbations`` in Ray 2.60)."""
     return scheduler._num_perturbations
+
+
+class PBTCloneSourceHooks:
+    """Mixin before Ray's ``PopulationBasedTraining`` (or ``PB2``): the checkpoint a top trial is cloned
+    from goes through ``self.keep_clone_source(trial, checkpoint) -> checkpoint`` (Ray 2.60).
+
+    At a top trial's perturbation point ``PopulationBasedTraining._checkpoint_or_exploit`` keeps
+    its checkpoint for later clones in ``_trial_state[trial].last_checkpoint``: a save still in
+    flight (``_FutureTrainingResult``), which Ray resolves only when a bottom trial clones it, or
+    the trial's checkpoint. Here a save in flight is resolved at once (Ray's own exploit blocks on
+    it the same way), and what the subclass returns for the checkpoint is kept instead.
+    """
+
+    if TYPE_CHECKING:
+        def keep_clone_source(self, trial: Any, checkpoint: Any) -> Any: ...
+
+    def _checkpoint_or_exploit(self, trial: Any, tune_controller: Any, upper_quantile: list,
+                               lower_quantile: list) -> None:
+        from ray.train._internal.session import _FutureTrainingResult
+
+        super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile,  # type: ignore[misc]
+                                       lower_quantile)
+        if trial not in upper_quantile:
+            return
+        state = self._trial_state[trial]  # type: ignore[attr-defined]
+        source = state.last_checkpoint
+        if isinstance(source, _FutureTrainingResult):
+            result = source.resolve()
+            source = result.checkpoint if result else None
+            if result:
+                state.last_result = result.metrics
+        state.last_checkpoint = self.keep_clone_source(trial, source) if source is not None else None
+
+
+def pbt_clone_sources(scheduler: Any) -> list:
+    """The checkpoints a PBT or PB2 scheduler keeps for its next clones (each trial state's
+    ``last_checkpoint`` that is a checkpoint, not a save in flight; Ray 2.60)."""
+    from ray.tune import Checkpoint
+
+    return [s.last_checkpoint for s in scheduler._trial_state.values() if isinstance(s.last_checkpoint, Checkpoint)]
 
 
 #: What Ray 2.60's ``PopulationBasedTraining._checkpoint_or_exploit`` logs (INFO, logger

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -32,7 +33,7 @@ from tuner.layout import CHECKPOINT_PREFIX, DOWNLOAD_SUFFIX, LOCK_FILE, TMP_SUFF
 
 __all__ = ["REMOTE_SCHEMES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
            "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text",
-           "download", "upload", "to_uri", "StorageError"]
+           "download", "upload", "to_uri", "copy_tree", "delete_tree", "StorageError"]
 
 #: URI schemes pyarrow.fs opens as a cloud or cluster filesystem (``FileSystem.from_uri``).
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
@@ -192,6 +193,38 @@ def list_names(location: str) -> list[str]:
                       fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
     except (OSError, StorageError):
         return []
+
+
+def copy_tree(fs, source: str, destination: str) -> None:
+    """Copy a folder within one pyarrow filesystem: hard links on a local disk (no extra space while the
+    source lives, and the copy outlives the source's deletion), ``pyarrow.fs.copy_files`` elsewhere.
+
+    Args:
+        fs: The ``pyarrow.fs.FileSystem`` of both (a Ray checkpoint's ``filesystem``).
+        source: The folder's path in ``fs``.
+        destination: The new folder's path in ``fs`` (its parents are made).
+    """
+    import pyarrow.fs as pafs
+
+    if isinstance(fs, pafs.LocalFileSystem):
+        for folder, _, files in os.walk(source):
+            target = os.path.join(destination, os.path.relpath(folder, source))
+            os.makedirs(target, exist_ok=True)
+            for name in files:
+                try:
+                    os.link(os.path.join(folder, name), os.path.join(target, name))
+                except OSError:  # another device, or no hard links here: copy
+                    shutil.copy2(os.path.join(folder, name), os.path.join(target, name))
+        return
+    pafs.copy_files(source, destination, source_filesystem=fs, destination_filesystem=fs)
+
+
+def delete_tree(fs, path: str) -> None:
+    """Delete a folder in a pyarrow filesystem; a folder already gone is fine."""
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)
 
 
 def _is_checkpoint(rel: str) -> bool:
