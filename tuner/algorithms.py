@@ -231,7 +231,7 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
     (benchmarks/pbt_schedule.py): 6 of 8 trials errored.
 
     Here each top trial's checkpoint is copied at its perturbation point, into
-    ``<experiment>/pbt_clone_sources/<trial id>-<iteration>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
+    ``<experiment>/pbt_clones/<trial id>-<iteration>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
     hard links on a local disk, so no extra space while the original lives; a copy in cloud
     storage), and the clones restore from the copy. A copy is deleted once no trial can restore
     from it: when it is neither a kept clone source nor any trial's latest checkpoint (a clone's

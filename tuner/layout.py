@@ -79,7 +79,7 @@ EVENTS_GLOB = f"{HPARAMS_EVENTS_PREFIX}.out.tfevents.*"
 #: PBT/PB2's clone sources: a copy of each top trial's checkpoint that a bottom trial may be cloned from,
 #: ``<folder>/<trial id>-<iteration>`` (:class:`tuner.algorithms.KeepsCloneSources`), so that it outlives
 #: the top trial's ``num_to_keep``.
-CLONE_SOURCES_DIR = "pbt_clone_sources"
+CLONE_SOURCES_DIR = "pbt_clones"
 #: Suffix of a file being written (``tuner.files.atomic_write``: write, then rename).
 TMP_SUFFIX = ".tmp"
 #: Suffix of a file being downloaded into a cloud experiment's mirror.
