@@ -76,7 +76,7 @@ def test_pbt_exploits_a_function_trainable(ray_local, tmp_path, make_spec):
     assert set(result.dataframe["status"]) == {"TERMINATED"}
 
 
-def test_pbt_exploits_a_class_trainable_and_reuses_its_actor(ray_local, tmp_path, make_spec):
+def test_pbt_exploits_a_class_trainable(ray_local, tmp_path, make_spec):
     """A ray.tune.Trainable with save/load_checkpoint and reset_config (so Ray may reuse its actors): the
     bottom trial loads the top trial's checkpoint (load_checkpoint) with the new config."""
     from tests.trainables import Accumulates
