@@ -153,6 +153,11 @@ SCHEDULER_OPTIONS = {
     "stop_last_trials": lambda s: s._stop_last_trials,
     "min_samples_required": lambda s: s._min_samples_required,
     "hard_stop": lambda s: s._hard_stop,
+    "perturbation_interval": lambda s: s._perturbation_interval,
+    "burn_in_period": lambda s: s._burn_in_period,
+    "quantile_fraction": lambda s: s._quantile_fraction,
+    "resample_probability": lambda s: s._resample_probability,
+    "synch": lambda s: s._synch,
 }
 
 
@@ -171,16 +176,18 @@ def test_every_documented_searcher_default_is_the_built_searchers():
 
 def test_every_documented_scheduler_default_is_the_built_schedulers():
     documented = readme_defaults("Schedulers")
-    assert set(documented) == {"fifo", "asha", "hyperband", "bohb", "median"}
+    assert set(documented) == {"fifo", "asha", "hyperband", "bohb", "median", "pbt", "pb2"}
     checked = 0
     for kind, options in documented.items():
         search = {"algorithm": "bohb"} if kind == "bohb" else {"algorithm": "random"}
-        built = build_scheduler(spec(search=search, scheduler={"type": kind}))
+        space = {"x": {"type": "uniform", "low": 0, "high": 1}} if kind in ("pbt", "pb2") else {}
+        built = build_scheduler(spec(search=search, scheduler={"type": kind}, param_space=space))
         for option, text in options.items():
             assert option in SCHEDULER_OPTIONS, f"README documents {kind}'s {option} ({text}): check it here"
             assert SCHEDULER_OPTIONS[option](built) == pytest.approx(parse_default(text)), (kind, option)
             checked += 1
-    assert checked == 5 + 1 + 1 + 3, documented  # asha, hyperband, bohb (as hyperband), median: the table parsed
+    # asha, hyperband, bohb (as hyperband), median, pbt, pb2: the table parsed
+    assert checked == 5 + 1 + 1 + 3 + 5 + 3, documented
     # "max_t defaults to stop.training_iteration, else 100"
     assert build_scheduler(spec(scheduler={"type": "asha"}))._max_t == 100
     assert build_scheduler(spec(scheduler={"type": "asha"}, stop={"training_iteration": 7}))._max_t == 7

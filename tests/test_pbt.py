@@ -76,14 +76,20 @@ def test_pbt_exploits_a_function_trainable(ray_local, tmp_path, make_spec):
     assert set(result.dataframe["status"]) == {"TERMINATED"}
 
 
-def test_pbt_exploits_a_class_trainable_and_reuses_its_actor(ray_local, tmp_path, make_spec):
-    """A ray.tune.Trainable with save/load_checkpoint and reset_config: the exploit reloads the top trial's
-    checkpoint into the bottom trial's actor, reset to the new config (actor reuse)."""
+def test_pbt_exploits_a_class_trainable(ray_local, tmp_path, make_spec):
+    """A ray.tune.Trainable with save/load_checkpoint and reset_config (so Ray may reuse its actors): the
+    bottom trial loads the top trial's checkpoint (load_checkpoint) with the new config."""
     from tests.trainables import Accumulates
 
-    result = tune_model(make_spec(SPEC, trainable=None), trainable=Accumulates)
-    after = check_exploited(Path(result.experiment_path))
-    assert after[0]["resets"] >= 1, "the bottom trial's actor was reset to the new config, not restarted"
+    from tuner.spec import load_spec
+    from tuner.trainable import reuse_actors
+
+    spec = make_spec(SPEC, trainable=None)
+    assert reuse_actors(Accumulates, load_spec(spec, require_trainable=False)), "Ray may reuse its actors"
+    result = tune_model(spec, trainable=Accumulates)
+    check_exploited(Path(result.experiment_path))
+    # Whether Ray reset the bottom trial's own actor (reset_config) or started a new one depends on its
+    # actor cache at that moment (under load it once started a new one): both are right.
 
 
 def test_pb2_exploits_within_bounds(ray_local, tmp_path, make_spec):
