@@ -141,3 +141,23 @@ def test_mnist_benchmark_writes_both_schedulers(tmp_path):
     for scheduler in ("asha", "fifo"):
         rows = _table_rows(text, scheduler)
         assert len(rows) == 2 and all(len(_numbers(r)) >= 2 for r in rows)
+
+
+def test_schedule_toy_needs_a_schedule():
+    """The PBT toy: no fixed learning rate gets far; following the best learning rate does (Ray's pbt_function)."""
+    from benchmarks.pbt_schedule import best_fixed, oracle
+
+    _, fixed = best_fixed(60)
+    assert oracle(60) == pytest.approx(60.0)
+    assert fixed < 0.6 * oracle(60)
+
+
+@pytest.mark.slow
+def test_pbt_benchmark_writes_every_method(tmp_path):
+    out = tmp_path / "bench.md"
+    _bench("benchmarks/pbt_schedule.py", "--seeds", "1", "--population", "4", "--max-t", "10", "--output", out)
+    text = out.read_text()
+    assert "## PBT and PB2" in text
+    for method in ("random+fifo", "random+asha", "pbt", "pb2"):
+        rows = _table_rows(text, method + " |")
+        assert len(rows) == 1 and len(_numbers(rows[0])) >= 3, (method, text)

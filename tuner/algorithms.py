@@ -231,7 +231,7 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
     (benchmarks/pbt_schedule.py): 6 of 8 trials errored.
 
     Here each top trial's checkpoint is copied at its perturbation point, into
-    ``<experiment>/pbt_clones/<trial id>-<iteration>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
+    ``<experiment>/pbt_clones/<trial id>-<checkpoint folder>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
     hard links on a local disk, so no extra space while the original lives; a copy in cloud
     storage), and the clones restore from the copy. A copy is deleted once no trial can restore
     from it: when it is neither a kept clone source nor any trial's latest checkpoint (a clone's
@@ -239,6 +239,7 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
     """
 
     def keep_clone_source(self, trial, checkpoint):
+        import pyarrow.fs as pafs
         from ray.tune import Checkpoint
 
         from tuner.layout import CLONE_SOURCES_DIR
@@ -250,17 +251,17 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
             return checkpoint
         fs = checkpoint.filesystem
         folder = f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}"
-        result = ray_internals.pbt_population(self)[trial].last_result or {}  # this perturbation point's
-        kept = f"{folder}/{trial.trial_id}-{result.get('training_iteration', 0)}"
-        if checkpoint.path.rstrip("/") == kept:
-            return checkpoint
-        delete_tree(fs, kept)  # one from an earlier run of this iteration (a resume)
-        copy_tree(fs, checkpoint.path, kept)
+        source = checkpoint.path.rstrip("/")
+        if source.startswith(folder + "/"):
+            return checkpoint  # kept already
+        kept = f"{folder}/{trial.trial_id}-{source.rsplit('/', 1)[-1]}"  # <trial id>-checkpoint_000012
+        if fs.get_file_info(kept).type == pafs.FileType.NotFound:
+            delete_tree(fs, kept + ".tmp")
+            copy_tree(fs, source, kept + ".tmp")
+            fs.move(kept + ".tmp", kept)  # whole or absent (a resume may find a kill's half copy)
         needed = {kept} | {c.path.rstrip("/") for c in ray_internals.pbt_clone_sources(self)}
         needed |= {t.checkpoint.path.rstrip("/") for t in ray_internals.pbt_population(self)
                    if t.checkpoint is not None and getattr(t.checkpoint, "path", None)}
-        import pyarrow.fs as pafs
-
         for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
             if info.path.rstrip("/") not in needed:
                 delete_tree(fs, info.path)

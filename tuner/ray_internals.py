@@ -431,7 +431,12 @@ class PBTCloneSourceHooks:
     its checkpoint for later clones in ``_trial_state[trial].last_checkpoint``: a save still in
     flight (``_FutureTrainingResult``), which Ray resolves only when a bottom trial clones it, or
     the trial's checkpoint. Here a save in flight is resolved at once (Ray's own exploit blocks on
-    it the same way), and what the subclass returns for the checkpoint is kept instead.
+    it the same way); a save that gives no checkpoint (Ray asks none of a trial without an actor,
+    and a function trainable whose function has returned saves none) falls back to the trial's
+    latest checkpoint, as Ray does for a PAUSED top trial; and what the subclass returns for the
+    checkpoint is kept instead. A top trial that was not in the top quantile at its own last
+    perturbation point has no checkpoint kept, and Ray would skip the exploit of a bottom trial
+    that picks it ("no checkpoint for trial"): its latest checkpoint is kept for it first.
     """
 
     if TYPE_CHECKING:
@@ -441,6 +446,11 @@ class PBTCloneSourceHooks:
                                lower_quantile: list) -> None:
         from ray.train._internal.session import _FutureTrainingResult
 
+        if trial in lower_quantile:  # a top trial that was not top at its own last perturbation point
+            for top in upper_quantile:  # kept no checkpoint: Ray would skip the exploit
+                state = self._trial_state[top]  # type: ignore[attr-defined]
+                if state.last_checkpoint is None and top.checkpoint is not None:
+                    state.last_checkpoint = self.keep_clone_source(top, top.checkpoint)
         super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile,  # type: ignore[misc]
                                        lower_quantile)
         if trial not in upper_quantile:
@@ -452,6 +462,8 @@ class PBTCloneSourceHooks:
             source = result.checkpoint if result else None
             if result:
                 state.last_result = result.metrics
+        if source is None:  # no save (the trial was between actors, or its function had returned):
+            source = trial.checkpoint  # its latest reported checkpoint, as for a PAUSED top trial
         state.last_checkpoint = self.keep_clone_source(trial, source) if source is not None else None
 
 
