@@ -191,6 +191,9 @@ def main(argv=None) -> None:
         "|---|---|---|---|---|---|",
         *rows,
     ]
+    lines += ["", "Every method stops at the budget: a PBT or PB2 clone that restarts from a checkpoint behind its "
+              "own iteration trains those iterations again, so some of their trials end on the budget stop "
+              "(BudgetExhausted in TuneResult.errors) before max_t."]
     crashed = [r for r in runs if r.get("ray_error")]
     if crashed:
         lines += ["", f"{len(crashed)} of {len(runs)} experiments ended on the budget stop with an error "
