@@ -242,7 +242,7 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
         import pyarrow.fs as pafs
         from ray.tune import Checkpoint
 
-        from tuner.layout import CLONE_SOURCES_DIR
+        from tuner.layout import CLONE_SOURCES_DIR, TMP_SUFFIX
         from tuner.ray_internals import experiment_fs_path
         from tuner.storage import copy_tree, delete_tree
 
@@ -256,9 +256,9 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
             return checkpoint  # kept already
         kept = f"{folder}/{trial.trial_id}-{source.rsplit('/', 1)[-1]}"  # <trial id>-checkpoint_000012
         if fs.get_file_info(kept).type == pafs.FileType.NotFound:
-            delete_tree(fs, kept + ".tmp")
-            copy_tree(fs, source, kept + ".tmp")
-            fs.move(kept + ".tmp", kept)  # whole or absent (a resume may find a kill's half copy)
+            delete_tree(fs, kept + TMP_SUFFIX)
+            copy_tree(fs, source, kept + TMP_SUFFIX)
+            fs.move(kept + TMP_SUFFIX, kept)  # whole or absent (a resume may find a kill's half copy)
         needed = {kept} | {c.path.rstrip("/") for c in ray_internals.pbt_clone_sources(self)}
         needed |= {t.checkpoint.path.rstrip("/") for t in ray_internals.pbt_population(self)
                    if t.checkpoint is not None and getattr(t.checkpoint, "path", None)}
