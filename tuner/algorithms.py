@@ -45,7 +45,8 @@ from tuner.scheduler_state import KeepsState
 from tuner.space import mutation_domain
 from tuner.spec import Spec
 
-__all__ = ["build_searcher", "build_scheduler", "describe_search", "population_mutations", "population_bounds"]
+__all__ = ["build_searcher", "build_scheduler", "describe_search", "quiet_searchers", "quiet_schedulers",
+           "population_mutations", "population_bounds"]
 
 
 def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | BasicVariantGenerator:
@@ -110,6 +111,28 @@ def quiet_searchers(algorithm: str) -> None:
         for name in ("hpbandster", "hpbandster.optimizers.config_generators.bohb"):
             logging.getLogger(name).setLevel(logging.WARNING)
         warnings.filterwarnings("ignore", message="After 0.17 or January 2028", category=FutureWarning)
+
+
+def quiet_schedulers(scheduler_type: str) -> None:
+    """Keep Ray's PBT hints that do not apply to tuner off the console, for a run and a resume alike.
+
+    * "Using `CheckpointConfig.num_to_keep <= 2` with PBT can lead to restoration problems":
+      tuner keeps each clone source itself (:class:`KeepsCloneSources`), so any ``num_to_keep``
+      is safe.
+    * "Consider boosting PBT performance by enabling `reuse_actors`": tuner reuses actors
+      wherever it can (``tuner.trainable.reuse_actors``); where it does not (a DDP trial, whose
+      worker group restarts anyway), the hint has nothing to offer.
+
+    Args:
+        scheduler_type: The spec's ``scheduler.type``.
+    """
+    import warnings
+
+    if scheduler_type in ("pbt", "pb2"):
+        warnings.filterwarnings("ignore", message="Using `CheckpointConfig.num_to_keep <= 2` with PBT",
+                                category=UserWarning)
+        warnings.filterwarnings("ignore", message="Consider boosting PBT performance by enabling `reuse_actors`",
+                                category=UserWarning)
 
 
 def build_scheduler(spec: Spec) -> TrialScheduler:

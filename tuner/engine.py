@@ -723,11 +723,12 @@ def _before_ray_tune(prepared: Prepared) -> None:
     (workers cannot import ``tuner_user_*`` modules by name).
     """
     from tuner import reporting
-    from tuner.algorithms import quiet_searchers
+    from tuner.algorithms import quiet_schedulers, quiet_searchers
     from tuner.ray_internals import lean_callback_usage_tag
 
     reporting.prepare_console()
     quiet_searchers(prepared.spec.search.algorithm)  # a resumed searcher is unpickled, not built
+    quiet_schedulers(prepared.spec.scheduler.type)
     lean_callback_usage_tag()
     module = sys.modules.get(getattr(prepared.trainable, "__module__", "") or "")
     if module is not None and module.__name__.startswith("tuner_user_"):
