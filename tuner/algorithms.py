@@ -44,6 +44,7 @@ from tuner.rungs import bracket_rungs
 from tuner.scheduler_state import KeepsState
 from tuner.space import mutation_domain
 from tuner.spec import Spec
+from tuner.spec.sections import POPULATION_SCHEDULERS
 
 __all__ = ["build_searcher", "build_scheduler", "describe_search", "quiet_searchers", "quiet_schedulers",
            "population_mutations", "population_bounds"]
@@ -128,7 +129,7 @@ def quiet_schedulers(scheduler_type: str) -> None:
     """
     import warnings
 
-    if scheduler_type in ("pbt", "pb2"):
+    if scheduler_type in POPULATION_SCHEDULERS:
         warnings.filterwarnings("ignore", message="Using `CheckpointConfig.num_to_keep <= 2` with PBT",
                                 category=UserWarning)
         warnings.filterwarnings("ignore", message="Consider boosting PBT performance by enabling `reuse_actors`",
@@ -150,7 +151,7 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
     s = spec.scheduler
     if s.type == "fifo":
         return FIFOScheduler()
-    if s.type in ("pbt", "pb2"):
+    if s.type in POPULATION_SCHEDULERS:
         return _population_scheduler(spec)
     if s.type == "asha":
         return _ASHA(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
@@ -207,8 +208,6 @@ def _population_scheduler(spec: Spec) -> TrialScheduler:
             import numpy as np
 
             np.random.seed(spec.seed)
-    from tuner import ray_internals
-
     ray_internals.watch_skipped_exploits(_SkippedExploitNote(s.type, s.perturbation_interval))
     if s.type == "pbt":
         return _PopulationBasedTraining(
@@ -233,9 +232,9 @@ class _SkippedExploitNote:
         if self.said:
             return
         self.said = True
-        from tuner.scheduler_state import _say
+        from tuner.scheduler_state import console_note
 
-        _say(f"{self.scheduler} could not exploit trial {top} for trial {bottom}: {top} has no checkpoint yet, "
+        console_note(f"{self.scheduler} could not exploit trial {top} for trial {bottom}: {top} has no checkpoint yet, "
              f"so the bottom trial goes on with its own config. A train function must pass checkpoint_dir= to "
              f"tuner.trial.report at least every perturbation_interval ({self.interval:g}) iterations, and restore "
              "from tuner.trial.get_checkpoint(); a class trainable must implement save_checkpoint and "
@@ -396,7 +395,7 @@ def describe_search(spec: Spec) -> list[str]:
     target = f"{s.time_attr}" if s.time_attr != "training_iteration" else "iterations"
     if s.type == "fifo":
         lines.append("scheduler:  fifo (every trial runs to its stop criteria)")
-    elif s.type in ("pbt", "pb2"):
+    elif s.type in POPULATION_SCHEDULERS:
         name = {"pbt": "pbt (PopulationBasedTraining)", "pb2": "pb2 (PB2, GP-UCB explore)"}[s.type]
         burn = getattr(s, "burn_in_period", 0)
         lines.append(f"scheduler:  {name}, {'synchronous' if s.synch else 'asynchronous'}, perturbation every "

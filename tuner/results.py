@@ -32,9 +32,10 @@ from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
 from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PBT_GLOBAL, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER,
                           trial_id_of_folder)
 from tuner.params import RAY_RESULT_KEYS, flatten
-from tuner.schedule import PBT_TYPES, best_schedule, read_perturbations
+from tuner.schedule import best_schedule, read_perturbations
 from tuner.space import plain
 from tuner.spec import Spec
+from tuner.spec.sections import POPULATION_SCHEDULERS
 
 __all__ = ["TuneResult", "collect_results", "best_line", "atomic_write", "user_traceback"]
 
@@ -263,7 +264,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if location:
         summary["location"] = display(location)
     schedule = None
-    pbt = spec.scheduler.type in PBT_TYPES or (path / PBT_GLOBAL).is_file()
+    pbt = spec.scheduler.type in POPULATION_SCHEDULERS or (path / PBT_GLOBAL).is_file()
     if pbt:
         summary["perturbations"] = plain(read_perturbations(path, getattr(spec.scheduler, "time_attr",
                                                                           "training_iteration")))

@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from tuner.layout import PBT_GLOBAL, PBT_POLICY, PROGRESS_FILE, SPEC_SNAPSHOT
+from tuner.spec.sections import POPULATION_SCHEDULERS
 
-__all__ = ["PBT_TYPES", "is_pbt_experiment", "read_perturbations", "trial_schedule", "best_schedule",
+__all__ = ["is_pbt_experiment", "read_perturbations", "trial_schedule", "best_schedule",
            "policy_text", "initial_config"]
-
-#: The scheduler types whose runs log perturbations.
-PBT_TYPES = ("pbt", "pb2")
-
 
 def _spec_scheduler_type(path: Path) -> str | None:
     """``scheduler.type`` of the experiment's ``spec.yaml`` (plain YAML read; None when unknown)."""
@@ -54,7 +51,7 @@ def is_pbt_experiment(experiment_path: str | os.PathLike) -> bool:
         experiment_path: The experiment folder.
     """
     path = Path(experiment_path)
-    return _spec_scheduler_type(path) in PBT_TYPES or (path / PBT_GLOBAL).is_file()
+    return _spec_scheduler_type(path) in POPULATION_SCHEDULERS or (path / PBT_GLOBAL).is_file()
 
 
 def _trials(path: Path) -> list[dict]:

@@ -53,7 +53,7 @@ from ray.tune import Callback
 from tuner import ray_internals
 
 __all__ = ["KeepsState", "SchedulerStateCallback", "dump_scheduler", "load_scheduler", "saved_state_note",
-           "STATE_KEY"]
+           "console_note", "STATE_KEY"]
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class KeepsState:
         try:
             attributes = load_scheduler(saved, trials)
         except Exception as err:  # noqa: BLE001 - any unreadable state: start afresh, and say so
-            _say(f"the {type(self).__name__.strip('_')} scheduler's saved state could not be restored ({err}); "
+            console_note(f"the {type(self).__name__.strip('_')} scheduler's saved state could not be restored ({err}); "
                  "it starts afresh, so trials it would have stopped early may run longer.")
             for trial in held:
                 super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
@@ -187,8 +187,12 @@ class KeepsState:
                     len(known), len(saved["paused"]))
 
 
-def _say(message: str) -> None:
-    """A tuner note on the console (stderr) and in the log, during a run."""
+def console_note(message: str) -> None:
+    """A tuner note on the console (stderr, as ``tuner: note: <message>``) and in the log, during a run.
+
+    Args:
+        message: One sentence or paragraph, without the ``tuner: note:`` prefix.
+    """
     import sys
 
     logger.warning(message)
