@@ -629,7 +629,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
 
         shutil.rmtree(path)  # a stale mirror: the cloud folder was checked to be empty
     abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
-                              metric=spec.metric, mode=spec.mode)
+                              objectives=spec.objectives)
     # The lock first (it creates the folder): a second process refused by it writes nothing.
     with ExperimentLock(path), reporting.log_to_file(path / LOG_FILE), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:

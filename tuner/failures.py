@@ -23,7 +23,7 @@ import operator
 import os
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
@@ -32,6 +32,7 @@ from tuner.errors import ExperimentError, ExperimentLocked  # ExperimentLocked: 
 from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CORRUPT_SUFFIX, EXPERIMENT_STATE_GLOB, LOCK_FILE,
                           SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
 from tuner.spec import stop_operator
+from tuner.spec.sections import Objective
 from tuner.state import load_state_file, newest_state_file, read_state
 
 _COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
@@ -44,7 +45,7 @@ class ExperimentStopper(Callback, Stopper):
     """End trials on the spec's ``stop``, and the experiment on a first error or the time budget.
 
     * ``stop``: a trial stops once ``result[key] >= value``, or ``<= value`` for the
-      spec's ``metric`` under ``mode: min`` (:func:`tuner.spec.stop_operator`); a
+      spec's objectives under ``mode: min`` (:func:`tuner.spec.stop_operator`); a
       Stopper replaces the dict form Ray Tune would otherwise take, which always
       tests ``>=``.
     * First-error abort: when the very first trial fails before any trial reported a
@@ -63,8 +64,7 @@ class ExperimentStopper(Callback, Stopper):
         time_budget_s: Seconds of wall time for the whole experiment, or None.
         record_file: The experiment's ``tuner_run.json``, whose ``time_budget_s`` a
             restored stopper takes.
-        metric: The spec's ``metric``, or None.
-        mode: The spec's ``mode`` (``"min"`` or ``"max"``), or None.
+        objectives: The spec's objectives (:attr:`tuner.spec.Spec.objectives`), or None.
 
     Attributes:
         aborted_by: The trial that aborted the experiment, or None.
@@ -74,9 +74,9 @@ class ExperimentStopper(Callback, Stopper):
 
     def __init__(self, stop: Mapping[str, float] | None, enabled: bool = True,
                  time_budget_s: float | None = None, record_file: str | os.PathLike | None = None,
-                 metric: str | None = None, mode: str | None = None):
+                 objectives: Sequence[Objective] | None = None):
         self.stop = dict(stop or {})
-        self._stop_rules = [(key, _COMPARE[stop_operator(key, metric, mode)], value)
+        self._stop_rules = [(key, _COMPARE[stop_operator(key, objectives)], value)
                             for key, value in self.stop.items()]
         self.enabled = enabled
         self.time_budget_s = time_budget_s

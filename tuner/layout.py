@@ -8,7 +8,7 @@ constants still agree.
 An experiment folder holds:
 
 * tuner's records: :data:`SPEC_SNAPSHOT`, :data:`RUN_RECORD`, :data:`SUMMARY`,
-  :data:`BEST_CONFIG`, :data:`RESULTS_CSV`, :data:`LOG_FILE` (:data:`TUNER_FILES`);
+  :data:`BEST_CONFIG`, :data:`RESULTS_CSV`, :data:`LOG_FILE`, :data:`PARETO_CONFIGS` (:data:`TUNER_FILES`);
 * tuner's bookkeeping: :data:`LOCK_FILE`, :data:`STATE_SNAPSHOT_DIR`, the markers
   :data:`BUDGET_SPENT` and (in a trial folder) :data:`TIMEOUT_MARKER` and
   :data:`PLACEMENT_GROUP_FILE`, the link :data:`RAY_LOGS_LINK`, TensorBoard's HParams
@@ -31,6 +31,7 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
            "ERROR_FILE", "CHECKPOINT_PREFIX", "PROGRESS_FILE", "BEST_SCHEDULE", "REPLAY_POLICY", "PBT_GLOBAL",
+           "PARETO_CONFIGS",
            "PBT_POLICY", "PBT_POLICY_GLOB",
            "trial_folder_name", "trial_id_of_folder", "train_run_name", "train_run_generation"]
 
@@ -50,11 +51,15 @@ RESULTS_CSV = "results.csv"
 LOG_FILE = "tuner.log"
 #: A PBT/PB2 run: the best trial's hyperparameter schedule (YAML; :mod:`tuner.schedule`).
 BEST_SCHEDULE = "best_schedule.yaml"
+#: Several objectives: the Pareto front's trials (YAML list of ``trial_id``, ``objectives``, ``config``;
+#: :mod:`tuner.pareto`), written when the spec has two or more objectives.
+PARETO_CONFIGS = "pareto_configs.yaml"
 #: A replay (``tuner run --replay``): the PBT policy it replays, copied from the replayed experiment
 #: (Ray's policy-file format; an empty file for a trial that was never perturbed).
 REPLAY_POLICY = "replay_policy.txt"
 #: tuner's own files in the experiment folder, uploaded beside Ray's for a cloud experiment.
-TUNER_FILES = (SPEC_SNAPSHOT, RUN_RECORD, SUMMARY, BEST_CONFIG, RESULTS_CSV, LOG_FILE, BEST_SCHEDULE, REPLAY_POLICY)
+TUNER_FILES = (SPEC_SNAPSHOT, RUN_RECORD, SUMMARY, BEST_CONFIG, RESULTS_CSV, LOG_FILE, BEST_SCHEDULE, REPLAY_POLICY,
+               PARETO_CONFIGS)
 
 # --------------------------------------------------------------------------- tuner's bookkeeping
 

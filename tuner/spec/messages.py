@@ -48,7 +48,7 @@ def _issue_from_pydantic(err: Mapping[str, Any], data: Any, marks: dict,
     bad_key = "[key]" in loc and loc.index("[key]") > 0 and path[-1:] == [loc[loc.index("[key]") - 1]]
     key_mark = bad_key
     if extra:
-        path.extend(extra.split("."))
+        path.extend(int(p) if p.isdigit() else p for p in extra.split("."))  # a list index is a number
         key_mark = bool(ctx.get("key"))
     msg = err["msg"]
     value = err.get("input")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any, Literal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -19,8 +19,9 @@ from tuner.params import spec_paths
 from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, ParamValue, _Dist
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
-from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Failure, FIFOScheduler,
-                                 RandomSearch, RayConfig, Reporting, Resources, SchedulerConfig, SearchConfig)
+from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Constraint, Failure,
+                                 FIFOScheduler, Objective, RandomSearch, RayConfig, Reporting, Resources,
+                                 SchedulerConfig, SearchConfig)
 
 
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -44,6 +45,8 @@ class Spec(_Model):
     trainable: str | None = None  # required unless tune_model(trainable=...) passes one
     metric: NonBlank | None = None
     mode: Literal["min", "max"] | None = None
+    objectives: list[Objective] | None = None
+    constraints: list[Constraint] | None = None
     num_samples: Int = Field(default=1, ge=1)
     max_concurrent_trials: Int | None = Field(default=None, ge=1)
     time_budget_s: Float | None = Field(default=None, gt=0)
@@ -66,6 +69,48 @@ class Spec(_Model):
     _source: str | None = PrivateAttr(default=None)
     _marks: dict = PrivateAttr(default_factory=dict)
     _origins: dict = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _objective_lists(cls, data: Any) -> Any:
+        """``metric: [a, b]`` with ``mode: [max, min]`` is ``objectives: [{metric: a, mode: max}, ...]``.
+
+        The lists are checked here, where their positions in the file are still known: the same
+        length, two or more, each metric a name given once, each mode ``min`` or ``max``.
+        """
+        if not isinstance(data, Mapping):
+            return data
+        metric, mode = data.get("metric"), data.get("mode")
+        if not isinstance(metric, list) and not isinstance(mode, list):
+            return data
+        if "objectives" in data:
+            raise _fail("objectives", "give the objectives once: either as `metric:` and `mode:` lists or as "
+                        "`objectives:`, not both.")
+        if not isinstance(metric, list):
+            raise _fail("metric", f"mode is a list of {len(mode)} modes, one per objective, so metric must be a list "
+                        f"of as many metrics, e.g. metric: [val_accuracy, params_count], but got {metric!r}.")
+        if not isinstance(mode, list):
+            example = ", ".join("max" if i == 0 else "min" for i in range(max(len(metric), 2)))
+            got = "no mode" if mode is None else repr(mode)
+            raise _fail("mode" if mode is not None else "metric", f"metric lists {len(metric)} objectives, so mode "
+                        f"must be a list of as many modes (min or max, in the same order), e.g. mode: [{example}], "
+                        f"but got {got}.")
+        if len(metric) < 2:
+            raise _fail("metric", f"a metric list holds two or more objectives, but got {metric!r}; for one "
+                        "objective write `metric: NAME` and `mode: min|max`.")
+        if len(mode) != len(metric):
+            modes = f"{len(mode)} mode{'s' if len(mode) != 1 else ''}"
+            raise _fail("mode", f"metric lists {len(metric)} objectives ({', '.join(map(str, metric))}) but mode "
+                        f"lists {modes}; give one mode (min or max) per metric, in the same order.")
+        for i, (m, d) in enumerate(zip(metric, mode)):
+            if not isinstance(m, str) or not m.strip():
+                raise _fail(f"metric.{i}", f"each metric must be the name of a reported metric, but got {m!r}.")
+            if d not in ("min", "max"):
+                raise _fail(f"mode.{i}", f"each mode must be 'min' or 'max', but got {d!r}.")
+            if m in metric[:i]:
+                raise _fail(f"metric.{i}", f"metric {m!r} is listed twice; each objective is a different metric.")
+        rest = {k: v for k, v in data.items() if k not in ("metric", "mode")}
+        return {**rest, "objectives": [{"metric": m, "mode": d} for m, d in zip(metric, mode)]}
 
     @model_validator(mode="before")
     @classmethod
@@ -198,6 +243,7 @@ class Spec(_Model):
     @model_validator(mode="after")
     def _cross_checks(self):
         algo, sched = self.search.algorithm, self.scheduler.type
+        self._check_objectives()
         if self.metric is not None and self.mode is None:
             raise _fail("metric", f"metric {self.metric!r} needs a mode: add `mode: min` or `mode: max`.")
         if self.mode is not None and self.metric is None:
@@ -242,6 +288,74 @@ class Spec(_Model):
                 raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
                             f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
         return self
+
+    def _check_objectives(self) -> None:
+        """``objectives`` (two or more, each metric once, not with ``metric``/``mode``), a searcher and a
+        scheduler that can take them, constraints on distinct metrics; then the derived fields:
+        ``metric``/``mode`` are the first objective's, ``objectives`` lists the one of a
+        single-objective spec. Derived values are not *set* (``model_fields_set``), so a dump with
+        ``exclude_unset=True`` (the experiment's spec.yaml, a resume) reads back as written."""
+        objectives = self.objectives
+        if objectives is not None:
+            if self.metric is not None or self.mode is not None:
+                raise _fail("objectives", "give the objectives once: either as `metric:` and `mode:` (one each, "
+                            "or lists) or as `objectives:`, not both.")
+            if len(objectives) < 2:
+                raise _fail("objectives", "objectives holds two or more objectives; for one write `metric: NAME` "
+                            "and `mode: min|max`.")
+            names = [o.metric for o in objectives]
+            for i, name in enumerate(names):
+                if name in names[:i]:
+                    raise _fail(f"objectives.{i}.metric", f"metric {name!r} is listed twice; each objective is a "
+                                "different metric.")
+            object.__setattr__(self, "metric", objectives[0].metric)
+            object.__setattr__(self, "mode", objectives[0].mode)
+        elif self.metric is not None and self.mode is not None:
+            object.__setattr__(self, "objectives", [Objective(metric=self.metric, mode=self.mode)])
+        seen: list[str] = []
+        for i, c in enumerate(self.constraints or []):
+            if c.metric in seen:
+                raise _fail(f"constraints.{i}.metric", f"{c.metric!r} has two constraints; give both bounds in one: "
+                            f"{{metric: {c.metric}, min: LOW, max: HIGH}}.")
+            seen.append(c.metric)
+        if self.constraints is not None and not self.constraints:
+            raise _fail("constraints", "constraints must hold at least one {metric, min and/or max}, or be omitted.")
+        if self.constraints and self.metric is None:
+            raise _fail("constraints", "constraints decide which trials count (feasible ones), but the spec sets no "
+                        "metric to compare them by; add `metric:` and `mode:`.")
+        ranked = getattr(self.scheduler, "metric", None)
+        sched, algo = self.scheduler.type, self.search.algorithm
+        if ranked is not None:
+            names = [o.metric for o in self.objectives or []]
+            if ranked not in names:
+                hint = _closest(ranked, names)
+                guess = f"; did you mean '{hint}'?" if hint else "."
+                raise _fail("scheduler.metric", f"scheduler.metric names {ranked!r}, which is not an objective"
+                            f"{guess} The scheduler compares trials by one of the objectives: "
+                            f"{_allowed(names) or '(none: add metric and mode)'}.")
+        if not self.multi_objective:
+            return
+        if algo == "bohb" or sched == "bohb":
+            raise _fail("search.algorithm" if algo == "bohb" else "scheduler.type",
+                        f"BOHB optimises one objective (its kernel density model splits trials into good and bad "
+                        f"by one value), but the spec has {len(self.objectives or [])} objectives; use search "
+                        "optuna (multi-objective TPE, or sampler nsga2/nsga3) with scheduler asha or hyperband, or "
+                        "search random.")
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether the spec has two or more objectives."""
+        return len(self.objectives or []) > 1
+
+    @property
+    def scheduler_objective(self) -> Objective | None:
+        """The objective the scheduler compares trials by: ``scheduler.metric``'s, else the first; None
+        without a metric. A single-objective spec's is its metric and mode."""
+        ranked = getattr(self.scheduler, "metric", None)
+        for objective in self.objectives or []:
+            if ranked is None or objective.metric == ranked:
+                return objective
+        return None
 
     def _check_population(self) -> None:
         """PBT/PB2: a random or grid population, mutations and bounds of parameters that exist (numeric
@@ -329,7 +443,7 @@ class Spec(_Model):
     @property
     def stop_criteria(self) -> list[tuple[str, str, float]]:
         """``stop`` as ``(key, operator, threshold)`` triples; see :func:`stop_operator`."""
-        return [(key, stop_operator(key, self.metric, self.mode), value) for key, value in (self.stop or {}).items()]
+        return [(key, stop_operator(key, self.objectives), value) for key, value in (self.stop or {}).items()]
 
     def origin(self, path: str) -> str | None:
         """The command-line option (``--name X``, ``--set KEY=VALUE``) that gave the value at a
@@ -350,23 +464,22 @@ class Spec(_Model):
         return SpecError([SpecIssue(path, message, *line_col)], self._source)
 
 
-def stop_operator(key: str, metric: str | None, mode: str | None) -> str:
+def stop_operator(key: str, objectives: Iterable[Objective] | None) -> str:
     """How a trial's result is compared with its ``stop`` threshold: ``"<="`` or ``">="``.
 
-    The spec's own ``metric`` under ``mode: min`` stops a trial once it is at or below
-    the threshold (``stop: {val_loss: 0.05}`` means "good enough"); every other key
-    (``training_iteration``, the metric under ``mode: max``, any other reported key)
-    once it is at or above, as Ray Tune's dict form does.
+    An objective under ``mode: min`` stops a trial once it is at or below the threshold
+    (``stop: {val_loss: 0.05}`` means "good enough"); every other key (``training_iteration``,
+    an objective under ``mode: max``, any other reported key) once it is at or above, as
+    Ray Tune's dict form does.
 
     Args:
         key: A key of the spec's ``stop``.
-        metric: The spec's ``metric``, or None.
-        mode: The spec's ``mode`` (``"min"``, ``"max"``), or None.
+        objectives: The spec's objectives (:attr:`Spec.objectives`), or None.
 
     Returns:
         ``"<="`` or ``">="``.
     """
-    return "<=" if key == metric and mode == "min" else ">="
+    return "<=" if any(o.metric == key and o.mode == "min" for o in objectives or ()) else ">="
 
 
 def _origin_of(key: tuple, origins: Mapping[tuple, str]) -> str | None:

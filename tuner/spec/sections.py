@@ -16,6 +16,70 @@ from tuner.spec.errors import _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
 
 
+# Objectives and constraints -------------------------------------------------
+
+
+class Objective(_Model):
+    """One objective: a metric the train function reports, and whether lower or higher is better.
+
+    A spec's objectives come from ``metric``/``mode`` (one string each, or two lists of the
+    same length) or from ``objectives: [{metric, mode}, ...]``; see :attr:`tuner.spec.Spec.objectives`.
+    """
+
+    metric: NonBlank
+    mode: Literal["min", "max"]
+
+
+class Constraint(_Model):
+    """A bound on a reported metric: a trial is *feasible* when its last result meets every constraint.
+
+    An infeasible trial is never the best and never on the Pareto front. Under ``search: optuna``
+    the bounds reach Optuna's samplers as ``constraints_func`` (a value ``<= 0`` is feasible), so
+    the sampler learns to avoid infeasible regions (Optuna's constrained optimization: Gardner et
+    al., "Bayesian Optimization with Inequality Constraints", ICML 2014, for TPE; Deb's
+    constrained domination for NSGA-II/III).
+
+    Attributes:
+        metric: A key the train function reports (``a/b`` for a nested one).
+        min: The smallest feasible value, or None.
+        max: The largest feasible value, or None. At least one of ``min`` and ``max``.
+    """
+
+    metric: NonBlank
+    min: Float | None = None
+    max: Float | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min is None and self.max is None:
+            raise _fail("metric", f"the constraint on {self.metric!r} needs `min:` and/or `max:` (the feasible "
+                        "values), but has neither.")
+        if self.min is not None and self.max is not None and not self.min <= self.max:
+            raise _fail("max", f"the constraint on {self.metric!r} needs `min <= max`, but got (min={self.min:g}, "
+                        f"max={self.max:g}).")
+        return self
+
+    def violation(self, value: Any) -> float:
+        """How far a value is outside the bounds, in the metric's units: ``<= 0`` when feasible.
+
+        Optuna's convention for ``constraints_func``. A value that is not a finite number (missing,
+        NaN, a string) violates the constraint by ``inf``.
+        """
+        from tuner.best import is_finite_number
+
+        if not is_finite_number(value):
+            return float("inf")
+        gaps = [*([float(value) - self.max] if self.max is not None else []),
+                *([self.min - float(value)] if self.min is not None else [])]
+        return max(gaps)
+
+    def describe(self) -> str:
+        """``"0 <= latency_ms <= 20"``, ``"gpu_memory_peak_bytes <= 8e+09"``."""
+        low = f"{self.min:g} <= " if self.min is not None else ""
+        high = f" <= {self.max:g}" if self.max is not None else ""
+        return f"{low}{self.metric}{high}"
+
+
 # Searchers -----------------------------------------------------------------
 
 
@@ -35,15 +99,46 @@ class GridSearch(_Model):
     algorithm: Literal["grid"]
 
 
-class OptunaSearch(_Search):
-    """Optuna's TPE sampler through ``ray.tune.search.optuna.OptunaSearch``.
+#: Optuna's samplers that ``search.sampler`` names: TPE (single- and multi-objective), NSGA-II, NSGA-III.
+OPTUNA_SAMPLERS = ("tpe", "nsga2", "nsga3")
 
-    Bergstra et al., "Algorithms for Hyper-Parameter Optimization", NeurIPS 2011.
+
+class OptunaSearch(_Search):
+    """An Optuna sampler through ``ray.tune.search.optuna.OptunaSearch``.
+
+    * ``tpe`` (the default): ``optuna.samplers.TPESampler``; Bergstra et al., "Algorithms for
+      Hyper-Parameter Optimization", NeurIPS 2011; with several objectives, Ozaki et al.,
+      "Multiobjective Tree-Structured Parzen Estimator", JAIR 2022.
+    * ``nsga2``: ``optuna.samplers.NSGAIISampler``; Deb et al., "A fast and elitist multiobjective
+      genetic algorithm: NSGA-II", IEEE TEC 2002.
+    * ``nsga3``: ``optuna.samplers.NSGAIIISampler``; Deb and Jain, "An Evolutionary Many-Objective
+      Optimization Algorithm Using Reference-Point-Based Nondominated Sorting Approach", IEEE TEC 2014.
+
+    Attributes:
+        sampler: One of :data:`OPTUNA_SAMPLERS`.
+        n_startup_trials: TPE's random trials before its model is used (``tpe`` only).
+        multivariate: TPE's multivariate kernel (``tpe`` only).
+        population_size: The population of one NSGA generation, in trials (``nsga2``/``nsga3``
+            only; Optuna's default is 50).
     """
 
     algorithm: Literal["optuna"]
+    sampler: Literal["tpe", "nsga2", "nsga3"] = "tpe"
     n_startup_trials: Int = Field(default=10, ge=0)
     multivariate: bool = False
+    population_size: Int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _options_of_sampler(self):
+        if self.sampler == "tpe" and self.population_size is not None:
+            raise _fail("population_size", "population_size sizes the generations of sampler nsga2 or nsga3; "
+                        "sampler tpe has none. Set `sampler: nsga2` (or nsga3), or drop population_size.")
+        if self.sampler != "tpe":
+            for name in ("n_startup_trials", "multivariate"):
+                if name in self.model_fields_set:
+                    raise _fail(name, f"{name} is an option of sampler tpe, not of sampler {self.sampler}; drop "
+                                "it, or set `sampler: tpe`.")
+        return self
 
 
 class BOHBSearch(_Search):
@@ -81,6 +176,17 @@ def _reduction_factor(value: float) -> float:
 class _Sched(_Model):
     time_attr: NonBlank = "training_iteration"
 
+
+class _RanksByMetric(_Sched):
+    """A scheduler that compares trials by one metric.
+
+    Attributes:
+        metric: With several objectives, the one this scheduler compares trials by (its mode is
+            the objective's); None: the first objective. A single-objective spec's metric.
+    """
+
+    metric: NonBlank | None = None
+
     @field_validator("reduction_factor", check_fields=False)  # the successive-halving schedulers' field
     @classmethod
     def _rf(cls, value: float) -> float:
@@ -93,7 +199,7 @@ class FIFOScheduler(_Sched):
     type: Literal["fifo"]
 
 
-class ASHAScheduler(_Sched):
+class ASHAScheduler(_RanksByMetric):
     """Asynchronous Successive Halving: Ray's ``ASHAScheduler``.
 
     Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020.
@@ -109,7 +215,7 @@ class ASHAScheduler(_Sched):
     stop_last_trials: bool = True
 
 
-class HyperBandScheduler(_Sched):
+class HyperBandScheduler(_RanksByMetric):
     """Synchronous Hyperband: Ray's ``HyperBandScheduler``.
 
     Li et al., "Hyperband: A Novel Bandit-Based Approach to Hyperparameter
@@ -128,7 +234,7 @@ class BOHBScheduler(HyperBandScheduler):
     type: Literal["bohb"]  # type: ignore[assignment]
 
 
-class MedianScheduler(_Sched):
+class MedianScheduler(_RanksByMetric):
     """Median stopping rule: Ray's ``MedianStoppingRule``.
 
     Golovin et al., "Google Vizier: A Service for Black-Box Optimization", KDD 2017.
@@ -140,7 +246,7 @@ class MedianScheduler(_Sched):
     hard_stop: bool = True
 
 
-class _PopulationScheduler(_Sched):
+class _PopulationScheduler(_RanksByMetric):
     """What PBT and PB2 share: when a trial of the population is considered for a perturbation
     (every ``perturbation_interval`` units of ``time_attr``), and which quantile exploits which."""
 
