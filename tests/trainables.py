@@ -607,3 +607,19 @@ def pbt_member(config):
         with open(os.path.join(folder, "state.json"), "w") as f:
             json.dump(state, f)
         trial.report({"score": state["score"], "lr": float(config["lr"])}, checkpoint_dir=folder)
+
+
+def two_objectives(config):
+    """Two objectives with a known Pareto front: ``accuracy`` (max) against ``cost`` (min).
+
+    At the last iteration ``accuracy = x - y / 2`` and ``cost = x ** 2 + y / 2`` (the earlier
+    iterations report half the accuracy). A trial with ``y > 0`` is dominated by one with ``y = 0``
+    and ``x' = x - y / 2`` (same accuracy, lower cost), so the true front is ``y = 0``: cost =
+    accuracy ** 2. ``latency_ms = 40 x`` is a third metric to constrain (``latency_ms <= 30``
+    is ``x <= 0.75``).
+    """
+    x, y = float(config["x"]), float(config["y"])
+    epochs = int(config.get("epochs", 2))
+    for i in range(epochs):
+        scale = 1.0 if i == epochs - 1 else 0.5
+        trial.report({"accuracy": (x - y / 2) * scale, "cost": x ** 2 + y / 2, "latency_ms": 40.0 * x})

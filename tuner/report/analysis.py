@@ -1,6 +1,7 @@
 """What a report derives from a loaded experiment: the scheduler's rungs, the budget used
-against the same trials without early stopping, and the parameter importances (Optuna's
-fANOVA over a study rebuilt from the trials). No Ray, no matplotlib.
+against the same trials without early stopping, the parameter importances (Optuna's
+fANOVA over a study rebuilt from the trials), and with several objectives the Pareto front
+and its hypervolume (:mod:`tuner.pareto`). No Ray, no matplotlib.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.best import is_finite_number
+from tuner import pareto
+from tuner.best import ERROR, is_finite_number
 from tuner.layout import RUN_RECORD
 from tuner.params import distributions
-from tuner.report.loading import Experiment, _numeric, _read_json
+from tuner.report.loading import Experiment, _numeric, _py, _read_json, creation_order
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
 
-__all__ = ["scheduler_rungs", "budget", "importances"]
+__all__ = ["scheduler_rungs", "budget", "importances", "objective_points", "feasibility", "pareto_facts"]
 
 
 def scheduler_rungs(spec: Spec | None) -> list[float]:
@@ -181,3 +183,89 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
     result = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
     return {k: float(v) for k, v in result.items()}, note
+
+
+def objective_points(exp: Experiment) -> dict[str, list[float] | None]:
+    """Each trial's last value of every objective, or None when it has no result.
+
+    A trial *has a result* when it did not error and its last value of every objective is a
+    finite number (as :func:`tuner.pareto.objective_values`).
+
+    Returns:
+        Trial id -> one float per objective (in :attr:`Experiment.objectives` order) or None,
+        in :attr:`Experiment.trials` order.
+    """
+    out: dict[str, list[float] | None] = {}
+    for _, row in exp.trials.iterrows():
+        values = [_py(row.get(f"last_{o.metric}")) for o in exp.objectives]
+        ok = row["status"] != ERROR and all(is_finite_number(v) for v in values)
+        out[row["trial_id"]] = [float(v) for v in values] if ok else None
+    return out
+
+
+def feasibility(exp: Experiment) -> dict[str, int]:
+    """How many trials with a result meet every constraint (:func:`tuner.pareto.feasible`).
+
+    Returns:
+        ``feasible``, ``infeasible`` (trials with a result, see :func:`objective_points`) and
+        ``no_result`` (errored, or without a finite value of every objective yet). Without
+        constraints every trial with a result is feasible.
+    """
+    points = objective_points(exp)
+    feasible = dict(zip(exp.trials["trial_id"], exp.trials["feasible"])) if "feasible" in exp.trials else {}
+    with_result = [t for t, p in points.items() if p is not None]
+    n = sum(1 for t in with_result if feasible.get(t, True))
+    return {"feasible": n, "infeasible": len(with_result) - n, "no_result": len(points) - len(with_result)}
+
+
+def pareto_facts(exp: Experiment) -> dict[str, Any] | None:
+    """The Pareto front and its hypervolume, for a report (:mod:`tuner.pareto`'s rules).
+
+    The reference point is ``summary.json``'s (``hypervolume.reference``) when the summary
+    describes the experiment as it is now, else :func:`tuner.pareto.reference_point` over the
+    feasible trials with a result (each objective's worst value, 10% of its range further out).
+    The hypervolume history adds the trials in the order they were created
+    (:func:`~tuner.report.loading.creation_order`).
+
+    Returns:
+        None with fewer than two objectives; else ``objectives`` (``[{metric, mode}]``),
+        ``constraints`` (``["latency_ms <= 30", ...]``), ``front`` (one
+        ``{trial_id, objectives: {metric: value}, config}`` per trial on the front, in
+        :attr:`Experiment.trials` order), ``feasible`` and ``infeasible`` (how many trials with
+        a result meet every constraint and how many do not), ``no_result`` (trials errored
+        or without a finite value of every objective yet), ``hypervolume``
+        (``{reference: [one per objective], value}``, None without a feasible result) and
+        ``history`` (``{trial_ids: [...], hypervolume: [...]}`` in creation order).
+    """
+    if not exp.multi_objective:
+        return None
+    objectives = exp.objectives
+    points = objective_points(exp)
+    feasible = dict(zip(exp.trials["trial_id"], exp.trials["feasible"])) if "feasible" in exp.trials else {}
+    ok = {t: p for t, p in points.items() if p is not None and feasible.get(t, True)}
+    front_ids = exp.front
+    front = [{"trial_id": t, "objectives": {o.metric: v for o, v in zip(objectives, points[t] or [])},
+              "config": exp.config_of(t)} for t in front_ids]
+    reference = None
+    summary_hv = (exp.summary or {}).get("hypervolume")
+    if isinstance(summary_hv, dict) and isinstance(summary_hv.get("reference"), list) \
+            and len(summary_hv["reference"]) == len(objectives) \
+            and all(is_finite_number(v) for v in summary_hv["reference"]):
+        reference = [float(v) for v in summary_hv["reference"]]
+    elif ok:
+        reference = pareto.reference_point(list(ok.values()), objectives)
+    order = creation_order(list(points))
+    hypervolume = None
+    history: list[float] = []
+    if reference is not None:
+        value = pareto.hypervolume([points[t] for t in front_ids if points[t] is not None], objectives, reference)
+        hypervolume = {"reference": reference, "value": value}
+        history = pareto.hypervolume_history([ok.get(t) for t in order], objectives, reference)
+    return {
+        "objectives": [{"metric": o.metric, "mode": o.mode} for o in objectives],
+        "constraints": [c.describe() for c in exp.constraints],
+        "front": front,
+        **feasibility(exp),
+        "hypervolume": hypervolume,
+        "history": {"trial_ids": order, "hypervolume": history},
+    }

@@ -6,7 +6,10 @@ read alike: ``spec.yaml`` (metric, mode, scheduler, the sampled parameters),
 it is now), the newest readable ``experiment_state-*.json`` (every trial's id, status
 and folder, pending trials included), each trial folder's ``params.json`` and
 ``result.json`` (with the rows only ``progress.csv`` kept, see :func:`_progress_rows`),
-and for a PBT/PB2 run Ray's perturbation logs (:mod:`tuner.schedule`).
+and for a PBT/PB2 run Ray's perturbation logs (:mod:`tuner.schedule`). With several
+objectives or constraints, each trial's feasibility and place on the Pareto front are
+worked out here from its last result (:mod:`tuner.pareto`), so a running or interrupted
+experiment reads like a finished one.
 Also the small value helpers the other report modules share. No Ray,
 no matplotlib.
 """
@@ -22,16 +25,18 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.best import best_reported, has_result, nan_to_none, ranked
+from tuner import pareto
+from tuner.best import best_reported, has_result, nan_to_none, rank_key, ranked
 from tuner.errors import InputError
 from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
                           RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
 from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, distributions, flatten, nest
 from tuner.schedule import best_schedule, is_pbt_experiment, read_perturbations
 from tuner.spec import Spec, SpecError, load_spec
+from tuner.spec.sections import Constraint, Objective
 from tuner.state import ExperimentState, read_state
 
-__all__ = ["Experiment", "ReportError", "load_experiment"]
+__all__ = ["Experiment", "ReportError", "load_experiment", "creation_order"]
 
 _ENDED = ("TERMINATED", "ERROR")
 # Keys Ray adds to every result that are not metrics (the x axes are kept apart).
@@ -55,7 +60,8 @@ class Experiment:
         path: The experiment folder.
         name: The experiment name (the folder's name).
         spec: The spec as run (``spec.yaml``), or None when missing or unreadable.
-        metric: The metric trials are compared by, or None.
+        metric: The metric trials are compared by, or None; with several objectives, the
+            first objective's (the trials are sorted by it).
         mode: ``min`` or ``max``, or None.
         status: ``running`` (a ``tuner`` process holds the folder's lock), ``finished``,
             ``finished with errors``, ``interrupted`` (Ctrl-C), ``aborted`` (the first
@@ -68,18 +74,28 @@ class Experiment:
             UNFINISHED), ``iterations``,
             ``stopped_early`` (ended with fewer iterations than the longest trial),
             ``time_total_s``, ``config/<param>``, ``last_<metric>``, ``best_<metric>``
-            and ``best`` (True for the best trial).
+            and ``best`` (True for the best trial). With several objectives, ``last_`` and
+            ``best_`` of each objective and ``pareto`` (on the Pareto front); with
+            constraints, ``last_<metric>`` of each constrained metric and ``feasible``.
+            With several objectives the trials on the front come first, then the other
+            feasible ones, then the infeasible ones; each group by the first objective
+            (as :mod:`tuner.best` ranks them). With constraints alone, the feasible ones first.
         history: One row per reported result: ``trial_id``, ``training_iteration``,
             ``time_total_s`` and every numeric metric.
         best_trial: Id of the best trial by :mod:`tuner.best`'s rule: the best last value
             of the metric among the trials that did not error, NaN and inf skipped (as
-            ``summary.json``).
+            ``summary.json``); an infeasible trial is never the best, and with several
+            objectives the best is the front's trial that is best on the first objective.
         params: The sampled parameters (``config/`` names without the prefix).
         pbt: Whether the run was PBT/PB2 (:func:`tuner.schedule.is_pbt_experiment`).
         perturbations: A PBT/PB2 run's perturbations (:func:`tuner.schedule.read_perturbations`);
             empty otherwise.
         schedule: A PBT/PB2 run: the best trial's schedule (:func:`tuner.schedule.best_schedule`),
             or None.
+        objectives: The objectives (:class:`~tuner.spec.sections.Objective`): the spec's, else
+            ``summary.json``'s; one for a single metric, empty without one.
+        constraints: The constraints (:class:`~tuner.spec.sections.Constraint`), likewise; empty
+            without any.
     """
 
     path: Path
@@ -97,6 +113,20 @@ class Experiment:
     pbt: bool = False
     perturbations: list[dict] = field(default_factory=list)
     schedule: dict | None = None
+    objectives: list[Objective] = field(default_factory=list)
+    constraints: list[Constraint] = field(default_factory=list)
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether the experiment has two or more objectives (a Pareto front)."""
+        return len(self.objectives) >= 2
+
+    @property
+    def front(self) -> list[str]:
+        """The ids of the trials on the Pareto front, in :attr:`trials` order (empty with one objective)."""
+        if "pareto" not in self.trials:
+            return []
+        return list(self.trials.loc[self.trials["pareto"].astype(bool), "trial_id"])
 
     @property
     def last_col(self) -> str | None:
@@ -113,13 +143,21 @@ class Experiment:
         """The best trial's config (nested, as the train function saw it), or None."""
         if self.best_trial is None:
             return None
-        folder = _trial_folders(self.path).get(self.best_trial)
+        return self.config_of(self.best_trial)
+
+    def config_of(self, trial_id: str) -> dict:
+        """A trial's config (nested, as the train function saw it): its ``params.json``, else its row.
+
+        Raises:
+            IndexError: If no trial has the id.
+        """
+        folder = _trial_folders(self.path).get(trial_id)
         if folder is not None and (folder / PARAMS_FILE).is_file():
             try:
                 return json.loads((folder / PARAMS_FILE).read_text(encoding="utf-8"))
             except ValueError:
                 pass
-        row = self.trials[self.trials["trial_id"] == self.best_trial].iloc[0]
+        row = self.trials[self.trials["trial_id"] == trial_id].iloc[0]
         return nest({k[len("config/"):]: _py(v) for k, v in row.items() if k.startswith("config/")})
 
 
@@ -249,6 +287,41 @@ def _is_running(path: Path) -> bool:
         os.close(fd)
 
 
+def creation_order(trial_ids: list[str]) -> list[str]:
+    """Trial ids in the order the trials were created: by the numeric suffix Ray gives each
+    (``<experiment id>_<5-digit index>``, counting up), then by id.
+
+    Args:
+        trial_ids: The ids, in any order.
+
+    Returns:
+        A new list; ids without a numeric suffix go last, by id.
+    """
+    def key(trial_id: str) -> tuple:
+        tail = str(trial_id).rsplit("_", 1)[-1]
+        return (0, int(tail), str(trial_id)) if tail.isdigit() else (1, 0, str(trial_id))
+
+    return sorted(trial_ids, key=key)
+
+
+def _objectives_and_constraints(spec: Spec | None, summary: dict | None) -> tuple[list[Objective], list[Constraint]]:
+    """The spec's objectives and constraints; without a readable spec, ``summary.json``'s
+    (``objectives``, ``constraints``; else its ``metric`` and ``mode``)."""
+    if spec is not None:
+        return list(spec.objectives or []), list(spec.constraints or [])
+    summary = summary or {}
+    objectives: list[Objective] = []
+    constraints: list[Constraint] = []
+    try:
+        objectives = [Objective(**o) for o in summary.get("objectives") or []]
+        constraints = [Constraint(**c) for c in summary.get("constraints") or []]
+    except (TypeError, ValueError):
+        pass
+    if not objectives and summary.get("metric") and summary.get("mode") in ("min", "max"):
+        objectives = [Objective(metric=summary["metric"], mode=summary["mode"])]
+    return objectives, constraints
+
+
 def _is_experiment(path: Path) -> bool:
     return path.is_dir() and any((path / name).is_file() for name in (RUN_RECORD, SPEC_SNAPSHOT)) \
         or path.is_dir() and any(path.glob(EXPERIMENT_STATE_GLOB))
@@ -290,6 +363,12 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     running = _is_running(path)
     metric = spec.metric if spec else (summary or {}).get("metric")
     mode = spec.mode if spec else (summary or {}).get("mode")
+    objectives, constraints = _objectives_and_constraints(spec, summary)
+    several = len(objectives) >= 2
+    # The columns beyond the metric's: every objective's, and each constrained metric's last value.
+    extra_best = [o.metric for o in objectives if o.metric != metric] if several else []
+    extra_last = list(dict.fromkeys(extra_best + [c.metric for c in constraints if c.metric != metric]))
+    modes = {o.metric: o.mode for o in objectives}
 
     folders = _trial_folders(path)
     listed = _state_trials(state)
@@ -309,6 +388,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
             pass
 
     rows, history = [], []
+    last_results: dict[str, dict] = {}  # trial id -> its last result (flat), for tuner.pareto
     for trial_id in ids:
         info = by_id.get(trial_id, {})
         folder = folders.get(trial_id) or (path / info["folder"] if info.get("folder") else None)
@@ -341,6 +421,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         if status in ("RUNNING", "PAUSED") and not running:
             status = "UNFINISHED"
         last = trial_hist[-1] if trial_hist else {}
+        last_results[trial_id] = last
         row = {"trial_id": trial_id, "status": status,
                "iterations": int(last.get("training_iteration", len(trial_hist)) or 0),
                "time_total_s": last.get("time_total_s")}
@@ -348,13 +429,25 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         if metric:
             row[f"last_{metric}"] = last.get(metric, math.nan)
             row[f"best_{metric}"] = best_reported([h.get(metric) for h in trial_hist], mode)
+        for m in extra_last:
+            row[f"last_{m}"] = last.get(m, math.nan)
+            if m in extra_best:
+                row[f"best_{m}"] = best_reported([h.get(m) for h in trial_hist], modes[m])
         rows.append(row)
 
     trials = pd.DataFrame(rows, columns=None if rows else ["trial_id", "status", "iterations", "time_total_s"])
     if metric:
-        for col in (f"last_{metric}", f"best_{metric}"):
+        for col in (f"last_{metric}", f"best_{metric}", *(f"last_{m}" for m in extra_last),
+                    *(f"best_{m}" for m in extra_best)):
             if col not in trials:
                 trials[col] = pd.Series(dtype=float)
+    status_of = dict(zip(trials["trial_id"], trials["status"])) if not trials.empty else {}
+    if constraints:
+        trials["feasible"] = [pareto.feasible(last_results.get(t), constraints) for t in trials["trial_id"]]
+    if several:
+        on_front = set(pareto.pareto_front(list(trials["trial_id"]), objectives, result=last_results.get,
+                                           status=status_of.get, constraints=constraints))
+        trials["pareto"] = trials["trial_id"].isin(on_front)
     ended = trials.loc[trials["status"] == "TERMINATED", "iterations"] if not trials.empty else pd.Series([])
     full = int(ended.max()) if not ended.empty else 0
     trials["stopped_early"] = (trials["status"] == "TERMINATED") & (trials["iterations"] < full)
@@ -363,11 +456,24 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         col = f"last_{metric}"
         # tuner.best's rule, as summary.json and results.csv: errored trials and trials
         # without a finite value go last, and are never the best.
-        trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
-                                   status=lambda i: trials.at[i, "status"],
-                                   trial_id=lambda i: trials.at[i, "trial_id"])]
-        if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
-            best_trial = trials["trial_id"].iloc[0]
+        if several or constraints:
+            # The front first, then the other feasible trials, then the infeasible ones; each
+            # group by tuner.best's rule on the first objective. Only a trial of the first
+            # group (the front; with one objective, a feasible trial) can be the best.
+            top = "pareto" if several else "feasible"
+            group = {i: 0 if trials.at[i, top] else 1 if trials.at[i, "feasible"] else 2 for i in trials.index} \
+                if several and constraints else {i: 0 if trials.at[i, top] else 1 for i in trials.index}
+            trials = trials.loc[sorted(trials.index, key=lambda i: (
+                group[i], rank_key(trials.at[i, col], trials.at[i, "status"], mode, trials.at[i, "trial_id"])))]
+            first = trials.index[0]
+            if group[first] == 0 and has_result(trials.at[first, col], trials.at[first, "status"]):
+                best_trial = trials.at[first, "trial_id"]
+        else:
+            trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
+                                       status=lambda i: trials.at[i, "status"],
+                                       trial_id=lambda i: trials.at[i, "trial_id"])]
+            if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
+                best_trial = trials["trial_id"].iloc[0]
     else:
         trials = trials.sort_values("trial_id", kind="stable") if not trials.empty else trials
     trials = trials.reset_index(drop=True)
@@ -402,4 +508,5 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     schedule = best_schedule(path, best_trial) if pbt and best_trial is not None else None
     return Experiment(path=path, name=path.name, spec=spec, metric=metric, mode=mode, status=status,
                       started=record.get("created"), summary=summary, trials=trials, history=hist,
-                      best_trial=best_trial, params=params, pbt=pbt, perturbations=perturbations, schedule=schedule)
+                      best_trial=best_trial, params=params, pbt=pbt, perturbations=perturbations, schedule=schedule,
+                      objectives=objectives, constraints=constraints)

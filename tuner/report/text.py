@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.report.analysis import budget
+from tuner.report.analysis import budget, feasibility, pareto_facts
 from tuner.report.loading import Experiment, ReportError, _is_experiment, _py, load_experiment
 
-__all__ = ["render", "list_experiments", "render_list", "pbt_lines", "FORMATS"]
+__all__ = ["render", "list_experiments", "render_list", "pbt_lines", "pareto_lines", "pareto_frame", "FORMATS"]
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -37,10 +37,88 @@ def _header(exp: Experiment) -> list[str]:
     lines = [f"Experiment {exp.name} ({exp.path}): {exp.status}"
              + (f", started {exp.started}" if exp.started else "")]
     metric = f"metric {exp.metric} ({exp.mode})" if exp.metric else "no metric"
+    if exp.multi_objective:
+        metric = "objectives " + ", ".join(f"{o.metric} ({o.mode})" for o in exp.objectives)
+    if exp.constraints:
+        metric += "; constraints " + ", ".join(c.describe() for c in exp.constraints)
     lines.append(f"{len(t)} trials ({by_status}); {metric}")
     if exp.best_trial is not None:
-        value = t.loc[t["trial_id"] == exp.best_trial, exp.last_col].iloc[0]
-        lines.append(f"Best trial {exp.best_trial} (*): {exp.metric}={_fmt(value)}")
+        row = t.loc[t["trial_id"] == exp.best_trial].iloc[0]
+        if exp.multi_objective:
+            values = ", ".join(f"{o.metric}={_fmt(row[f'last_{o.metric}'])}" for o in exp.objectives)
+            lines.append(f"Best trial {exp.best_trial} (*): {values} (the front's best on {exp.metric})")
+        else:
+            lines.append(f"Best trial {exp.best_trial} (*): {exp.metric}={_fmt(row[exp.last_col])}")
+    return lines
+
+
+def _objective_label(metric: str, mode: str) -> str:
+    return f"{metric} ({mode})"
+
+
+def pareto_frame(exp: Experiment, facts: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The Pareto front as a table: one row per trial on it, in :attr:`Experiment.trials` order.
+
+    Args:
+        exp: From :func:`load_experiment`, with several objectives.
+        facts: :func:`tuner.report.analysis.pareto_facts` of ``exp``, if already worked out.
+
+    Returns:
+        Columns ``trial_id``, ``<metric> (<mode>)`` per objective (the last value) and each
+        sampled parameter, values formatted as text; empty with one objective.
+    """
+    facts = facts if facts is not None else pareto_facts(exp)
+    if facts is None:
+        return pd.DataFrame()
+    by_id = exp.trials.set_index("trial_id")
+    rows = []
+    for entry in facts["front"]:
+        row = {"trial_id": entry["trial_id"]}
+        for o in exp.objectives:
+            row[_objective_label(o.metric, o.mode)] = _fmt(entry["objectives"].get(o.metric))
+        for name in exp.params:
+            col = f"config/{name}"
+            row[name] = _fmt(by_id.at[entry["trial_id"], col]) if col in by_id else "-"
+        rows.append(row)
+    columns = ["trial_id", *(_objective_label(o.metric, o.mode) for o in exp.objectives), *exp.params]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _reference_text(exp: Experiment, reference: list[float]) -> str:
+    return ", ".join(f"{o.metric}={_fmt(v)}" for o, v in zip(exp.objectives, reference))
+
+
+def pareto_lines(exp: Experiment, facts: dict[str, Any] | None = None) -> list[str]:
+    """The Pareto front section: its size, the feasible and infeasible trials, the hypervolume
+    and its reference point, and the front as a table; with one objective and constraints,
+    one line of feasible and infeasible trials.
+
+    Args:
+        exp: From :func:`load_experiment`.
+        facts: :func:`tuner.report.analysis.pareto_facts` of ``exp``, if already worked out.
+
+    Returns:
+        Lines of text; empty with one objective and no constraint.
+    """
+    if not exp.multi_objective:
+        if not exp.constraints:
+            return []
+        f = feasibility(exp)
+        return [f"Feasible: {f['feasible']} of {f['feasible'] + f['infeasible']} trials with a result "
+                f"({', '.join(c.describe() for c in exp.constraints)}); an infeasible trial is never the best"]
+    facts = facts if facts is not None else pareto_facts(exp)
+    assert facts is not None
+    n = len(facts["front"])
+    with_result = facts["feasible"] + facts["infeasible"]
+    lines = [f"Pareto front: {n} of the {facts['feasible']} feasible trials"
+             + (f"; {facts['infeasible']} of {with_result} trials with a result are infeasible "
+                f"({', '.join(facts['constraints'])})" if exp.constraints else "")
+             + (f"; {facts['no_result']} without a result" if facts["no_result"] else "")]
+    hv = facts["hypervolume"]
+    if hv is not None:
+        lines.append(f"Hypervolume {_fmt(hv['value'])} (reference point {_reference_text(exp, hv['reference'])})")
+    if n:
+        lines += ["", pareto_frame(exp, facts).to_string(index=False)]
     return lines
 
 
@@ -73,15 +151,20 @@ def pbt_lines(exp: Experiment) -> list[str]:
 def _display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
     t = exp.trials.head(top) if top else exp.trials
     cols = ["trial_id", "status", "iterations"] + [f"config/{p}" for p in exp.params if f"config/{p}" in t]
-    if exp.metric:
+    if exp.multi_objective:  # every objective's last value
+        cols += [f"last_{o.metric}" for o in exp.objectives]
+    elif exp.metric:
         cols += [exp.last_col, exp.best_col]
+    shown = {o.metric for o in exp.objectives}
+    cols += [f"last_{c.metric}" for c in exp.constraints if c.metric not in shown and f"last_{c.metric}" in t]
+    cols += [c for c in ("feasible", "pareto") if c in t]
     out = pd.DataFrame({"": ["*" if b else "" for b in t["best"]]}, index=t.index)
     for c in cols:
         name = c[len("config/"):] if c.startswith("config/") else c
-        if c == exp.last_col:
-            name = f"{exp.metric} (last)"
-        elif c == exp.best_col:
+        if c == exp.best_col:
             name = f"{exp.metric} (best)"
+        elif c.startswith("last_"):
+            name = f"{c[len('last_'):]} (last)"
         elif c == "iterations":
             name = "iter"
         out[name] = [_fmt(v) for v in t[c]]
@@ -96,8 +179,12 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
         fmt: ``table`` (a header and the trials, best marked ``*``), ``csv`` (every
             column of :attr:`Experiment.trials`) or ``json`` (``experiment``: status,
             best trial and config, budget, for a PBT/PB2 run ``perturbations`` and
-            ``best_schedule``; ``trials``: one object per trial). A PBT/PB2 run's table
-            has the :func:`pbt_lines` under its header.
+            ``best_schedule``, with several objectives or constraints ``objectives``,
+            ``constraints`` and the feasible/infeasible counts under ``trials``, with
+            several objectives ``pareto_front``, ``hypervolume`` and
+            ``hypervolume_history``; ``trials``: one object per trial). A PBT/PB2 run's
+            table has the :func:`pbt_lines` under its header; one with several
+            objectives or constraints, the :func:`pareto_lines`.
         top: Only the ``top`` best trials.
 
     Returns:
@@ -109,6 +196,9 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
         pbt = pbt_lines(exp)
         if pbt:
             lines += ["", *pbt]
+        front = pareto_lines(exp)
+        if front:
+            lines += ["", *front]
         if t.empty:
             lines.append("(no trials yet)")
         else:
@@ -131,12 +221,31 @@ def _facts(exp: Experiment) -> dict[str, Any]:
         "name": exp.name, "path": str(exp.path), "status": exp.status, "started": exp.started,
         "metric": exp.metric, "mode": exp.mode,
         "trials": {"total": len(exp.trials), "by_status": {str(k): int(v) for k, v in
-                                                           exp.trials["status"].value_counts().items()}},
+                                                           exp.trials["status"].value_counts().items()},
+                   **(feasibility(exp) if exp.multi_objective or exp.constraints else {})},
         "best": None if exp.best_trial is None else {"trial_id": exp.best_trial, "value": best_value,
                                                     "config": exp.best_config},
         "budget": budget(exp),
         **({"perturbations": exp.perturbations, "best_schedule": exp.schedule} if exp.pbt else {}),
+        **_pareto_facts_json(exp),
     }
+
+
+def _pareto_facts_json(exp: Experiment) -> dict[str, Any]:
+    """With several objectives or constraints: ``objectives``, ``constraints``, and with several
+    objectives ``pareto_front`` and ``hypervolume`` (as summary.json's) and ``hypervolume_history``."""
+    if not exp.multi_objective and not exp.constraints:
+        return {}
+    out: dict[str, Any] = {
+        "objectives": [{"metric": o.metric, "mode": o.mode} for o in exp.objectives],
+        "constraints": [c.model_dump(exclude_none=True) for c in exp.constraints],
+    }
+    facts = pareto_facts(exp)
+    if facts is not None:
+        out["pareto_front"] = facts["front"]
+        out["hypervolume"] = facts["hypervolume"]
+        out["hypervolume_history"] = facts["history"]
+    return out
 
 
 def list_experiments(storage: str | os.PathLike = "runs") -> pd.DataFrame:
