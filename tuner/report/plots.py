@@ -1,12 +1,14 @@
 """The report's plots, drawn with matplotlib (no pyplot) and rendered to PNG: learning
 curves with the scheduler's rungs, the metric against each parameter, parallel
 coordinates of the top trials, parameter importances and the budget; for a PBT/PB2 run
-also the best trial's hyperparameter schedule and the population's lineage.
+also the best trial's hyperparameter schedule and the population's lineage; with several
+objectives the Pareto front and the hypervolume against trial count.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 from tuner.best import has_result, is_finite_number
 from tuner.files import atomic_write
 from tuner.params import distributions, flatten
-from tuner.report.analysis import budget, importances, scheduler_rungs
+from tuner.report.analysis import budget, importances, objective_points, pareto_facts, scheduler_rungs
 from tuner.report.loading import Experiment, _numeric, _py
 
 __all__ = ["write_plots"]
@@ -299,10 +301,96 @@ def _plot_pbt_lineage(exp: Experiment):
     return fig
 
 
+def _axis_label(metric: str, mode: str) -> str:
+    return f"{metric} ({mode})"
+
+
+def _plot_pareto(exp: Experiment, facts: dict[str, Any] | None):
+    """The trials' last objective values with the Pareto front: for two objectives one scatter
+    with the front as a step line (the boundary of the region it dominates), for three or more a
+    scatter per pair of objectives. Infeasible trials are grey x, the best trial a red star."""
+    if facts is None:
+        return None
+    points = objective_points(exp)
+    if not any(p is not None for p in points.values()):
+        return None
+    feasible = dict(zip(exp.trials["trial_id"], exp.trials["feasible"])) if "feasible" in exp.trials else {}
+    front = set(exp.front)
+    objectives = exp.objectives
+    pairs = list(itertools.combinations(range(len(objectives)), 2))
+    cols = min(3, len(pairs))
+    rows = math.ceil(len(pairs) / cols)
+    fig = _figure(8, 6) if len(pairs) == 1 else _figure(4.4 * cols, 3.8 * rows)
+    groups = {
+        "infeasible": [p for t, p in points.items() if p is not None and not feasible.get(t, True)],
+        "dominated": [p for t, p in points.items() if p is not None and feasible.get(t, True) and t not in front],
+        "front": [points[t] for t in exp.front if points.get(t) is not None],
+    }
+    best = points.get(exp.best_trial) if exp.best_trial is not None else None
+    reference = (facts.get("hypervolume") or {}).get("reference")
+    for k, (i, j) in enumerate(pairs):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        if groups["dominated"]:
+            ax.scatter([p[i] for p in groups["dominated"]], [p[j] for p in groups["dominated"]], s=30,
+                       color="tab:blue", alpha=0.7, label="feasible, dominated", zorder=2)
+        if groups["infeasible"]:
+            ax.scatter([p[i] for p in groups["infeasible"]], [p[j] for p in groups["infeasible"]], marker="x",
+                       s=40, color="grey", label="infeasible", zorder=2)
+        if groups["front"]:
+            ax.scatter([p[i] for p in groups["front"]], [p[j] for p in groups["front"]], s=46, color="tab:orange",
+                       edgecolors="black", linewidths=0.6, label="Pareto front", zorder=3)
+            if len(pairs) == 1:  # the front's attainment line: a step through its points, sorted by x
+                line = sorted((p[i], p[j]) for p in groups["front"])
+                # With x maximised a point covers what lies left of it, so the step rises at the point
+                # before (``pre``); with x minimised, at the point itself (``post``).
+                ax.step([q[0] for q in line], [q[1] for q in line], color="tab:orange", lw=1.6, zorder=2,
+                        where="pre" if objectives[i].mode == "max" else "post")
+        if best is not None:
+            ax.scatter([best[i]], [best[j]], marker="*", s=220, color="crimson", edgecolors="black", linewidths=0.5,
+                       zorder=4, label=f"best ({exp.metric}): {exp.best_trial}")
+        if reference is not None and len(pairs) == 1:
+            ax.scatter([reference[i]], [reference[j]], marker="+", s=80, color="black", zorder=2,
+                       label="reference point")
+        ax.set_xlabel(_axis_label(objectives[i].metric, objectives[i].mode))
+        ax.set_ylabel(_axis_label(objectives[j].metric, objectives[j].mode))
+        ax.grid(alpha=0.3)
+        if k == 0:
+            ax.legend(fontsize=8 if len(pairs) == 1 else 7, loc="best")
+    infeasible = f", {facts['infeasible']} infeasible" if exp.constraints else ""
+    title = (f"Pareto front: {len(front)} of {facts['feasible']} feasible trials{infeasible} "
+             "(last reported values)")
+    if len(pairs) == 1:
+        fig.axes[0].set_title(title)
+    else:
+        fig.suptitle(title + ", each pair of objectives")
+    return fig
+
+
+def _plot_hypervolume(exp: Experiment, facts: dict[str, Any] | None):
+    """The hypervolume of the front of the first n trials against n (creation order)."""
+    if facts is None or facts["hypervolume"] is None or not facts["history"]["hypervolume"]:
+        return None
+    history = facts["history"]["hypervolume"]
+    xs = list(range(1, len(history) + 1))
+    fig = _figure(8, 4)
+    ax = fig.add_subplot()
+    ax.step(xs, history, where="post", color="tab:green", lw=2)
+    ax.plot(xs, history, "o", color="tab:green", ms=3)
+    ax.set_xlabel("trials (in the order they were created)")
+    ax.set_ylabel("hypervolume")
+    ax.set_xlim(0.5, len(history) + 0.5)
+    ax.grid(alpha=0.3)
+    reference = ", ".join(f"{o.metric}={v:.4g}" for o, v in zip(exp.objectives, facts["hypervolume"]["reference"]))
+    ax.set_title(f"Hypervolume against trial count: {facts['hypervolume']['value']:.4g} after {len(history)} trials\n"
+                 f"reference point {reference}", fontsize=11)
+    return fig
+
+
 def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Render every plot to PNG bytes; also returns the facts shown beside them."""
     imp, note = importances(exp)
     b = budget(exp)
+    front = pareto_facts(exp)
     figs = {
         "learning_curves": _plot_curves(exp),
         "metric_vs_params": _plot_params(exp),
@@ -311,8 +399,11 @@ def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]
         "budget": _plot_budget(b) if not exp.trials.empty else None,
         "pbt_schedule": _plot_pbt_schedule(exp) if exp.pbt else None,
         "pbt_lineage": _plot_pbt_lineage(exp) if exp.pbt else None,
+        "pareto_front": _plot_pareto(exp, front),
+        "hypervolume": _plot_hypervolume(exp, front),
     }
-    return {k: _png(f) for k, f in figs.items() if f is not None}, {"importances": imp, "note": note, "budget": b}
+    return ({k: _png(f) for k, f in figs.items() if f is not None},
+            {"importances": imp, "note": note, "budget": b, "pareto": front})
 
 
 def write_plots(exp: Experiment, folder: str | os.PathLike, top: int = 10) -> dict[str, Path]:
@@ -325,8 +416,12 @@ def write_plots(exp: Experiment, folder: str | os.PathLike, top: int = 10) -> di
 
     Returns:
         Plot name -> PNG file: ``learning_curves``, ``metric_vs_params``,
-        ``parallel_coordinates``, ``importances``, ``budget``, and for a PBT/PB2 run
-        ``pbt_schedule`` and ``pbt_lineage`` (those that apply).
+        ``parallel_coordinates``, ``importances``, ``budget``, for a PBT/PB2 run
+        ``pbt_schedule`` and ``pbt_lineage``, and with several objectives ``pareto_front``
+        (the trials' last objective values, the front drawn, infeasible trials marked; a
+        scatter per pair of objectives for three or more) and ``hypervolume`` (against
+        trial count) (those that apply). The learning curves, the metric against the
+        parameters, the parallel coordinates and the importances show the first objective.
     """
     pngs, _ = _plots(exp, top)
     return _save_pngs(pngs, Path(folder))
