@@ -16,7 +16,7 @@ from tuner.files import atomic_write
 from tuner.report.analysis import scheduler_rungs
 from tuner.report.loading import Experiment
 from tuner.report.plots import _plots, _save_pngs, _x_attr
-from tuner.report.text import _display_frame, _header, pbt_lines
+from tuner.report.text import _display_frame, _header, pareto_frame, pareto_lines, pbt_lines
 
 __all__ = ["write_html"]
 
@@ -51,11 +51,41 @@ def _table_html(exp: Experiment, top: int | None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _frame_html(frame) -> str:
+    head = "".join(f'<th class="{"id" if c == "trial_id" else ""}">{html.escape(str(c))}</th>' for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f'<td class="{"id" if c == "trial_id" else ""}">{html.escape(str(v))}</td>'
+                                    for c, v in r.items()) + "</tr>" for _, r in frame.iterrows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _pareto_section(exp: Experiment, pngs: dict[str, bytes], facts: dict | None) -> str:
+    """The Pareto front section (several objectives), or a line of feasible trials (constraints only)."""
+    e = html.escape
+    lines = pareto_lines(exp, facts)
+    if not lines:
+        return ""
+    if facts is None:  # one objective, constraints
+        return f"<h2>Constraints</h2>\n<p class=\"facts\">{e(lines[0])}.</p>\n"
+    facts_html = "<br>".join(e(line) for line in lines[:2] if line)
+    table = _frame_html(pareto_frame(exp, facts)) if facts["front"] else '<p class="note">No trial on the front yet.</p>'
+    return (f"<h2>Pareto front</h2>\n<p class=\"facts\">{facts_html}</p>\n"
+            f"{_img(pngs, 'pareto_front', 'Pareto front')}\n"
+            "<p class=\"note\">Each trial's last reported values. A trial is on the front when it is feasible and "
+            "no other feasible trial is at least as good on every objective and better on one; infeasible trials "
+            "(grey x) are never on it. The hypervolume is the volume of objective space the front dominates up to "
+            "the reference point.</p>\n"
+            f"{table}\n"
+            f"{_img(pngs, 'hypervolume', 'hypervolume')}\n"
+            "<p class=\"note\">The hypervolume of the front of the first n trials, trials in the order they were "
+            "created: how the search converged.</p>\n")
+
+
 def write_html(exp: Experiment, output: str | os.PathLike | None = None,
                top: int | None = None) -> tuple[Path, dict[str, Path]]:
     """Write the experiment's report as one self-contained HTML file, and its plots as PNGs.
 
-    The page holds: the status and the best trial, its config as YAML, the budget used
+    The page holds: the status and the best trial, its config as YAML, with several
+    objectives the Pareto front (plot, table, hypervolume against trial count), the budget used
     against the same trials without early stopping, the learning curves of every trial
     with the scheduler's rungs and where trials were stopped, the metric against each
     parameter, for a PBT/PB2 run the best trial's schedule and the population's lineage,
@@ -79,6 +109,14 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
     e = html.escape
     best_cfg = exp.best_config
     best_yaml = yaml.safe_dump(best_cfg, sort_keys=False) if best_cfg is not None else "(no best trial yet)"
+    pareto_section = _pareto_section(exp, pngs, facts["pareto"])
+    order_note = f"Sorted by the last reported {exp.metric}"
+    if exp.multi_objective:
+        order_note = (f"The trials on the Pareto front first, then the other feasible ones, then the infeasible ones; "
+                      f"each by the last reported {exp.metric}")
+    elif exp.constraints:
+        order_note = f"The feasible trials first, then the infeasible ones; each by the last reported {exp.metric}"
+    best_title = f"Best config (on the Pareto front, the best {exp.metric})" if exp.multi_objective else "Best config"
     header = _header(exp)
 
     def pct(used, full):
@@ -117,9 +155,9 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
 <body>
 <h1>Experiment {e(exp.name)}</h1>
 <p class="facts">{'<br>'.join(e(line) for line in header)}</p>
-<h2>Best config</h2>
+<h2>{e(best_title)}</h2>
 <pre>{e(best_yaml)}</pre>
-<h2>Budget</h2>
+{pareto_section}<h2>Budget</h2>
 <p class="facts"><b>Trial-iterations:</b> {b['trial_iterations']} used, against
 {b['trial_iterations_without_early_stopping']} without early stopping\
 {pct(b['trial_iterations'], b['trial_iterations_without_early_stopping'])}
@@ -144,7 +182,7 @@ alike (same parallelism).</p>
 <p class="note">{e(facts['note'])}.</p>
 <h2>Trials</h2>
 {_table_html(exp, top)}
-<p class="note">Sorted by the last reported {e(str(exp.metric))}; the best trial is marked * and highlighted.
+<p class="note">{e(order_note)}; the best trial is marked * and highlighted.
 Generated by tuner on {e(generated)} from {e(str(exp.path))}.</p>
 </body></html>
 """
