@@ -67,7 +67,8 @@ def _pareto_section(exp: Experiment, pngs: dict[str, bytes], facts: dict | None)
     if facts is None:  # one objective, constraints
         return f"<h2>Constraints</h2>\n<p class=\"facts\">{e(lines[0])}.</p>\n"
     facts_html = "<br>".join(e(line) for line in lines[:2] if line)
-    table = _frame_html(pareto_frame(exp, facts)) if facts["front"] else '<p class="note">No trial on the front yet.</p>'
+    table = _frame_html(pareto_frame(exp, facts)) if facts["front"] else \
+        '<p class="note">No trial on the front yet.</p>'
     return (f"<h2>Pareto front</h2>\n<p class=\"facts\">{facts_html}</p>\n"
             f"{_img(pngs, 'pareto_front', 'Pareto front')}\n"
             "<p class=\"note\">Each trial's last reported values. A trial is on the front when it is feasible and "
