@@ -20,18 +20,20 @@ The modules, each importing only those above it:
 * :mod:`tuner.report.loading`: an experiment folder -> :class:`Experiment`
   (:func:`load_experiment`, :class:`ReportError`);
 * :mod:`tuner.report.analysis`: what is derived from it (:func:`scheduler_rungs`,
-  :func:`budget`, :func:`importances`);
+  :func:`budget`, :func:`importances`, and with several objectives :func:`pareto_facts`:
+  the Pareto front, its hypervolume and the hypervolume against trial count);
 * :mod:`tuner.report.text`: the text of ``tuner report`` and ``tuner list``
   (:func:`render`, :func:`list_experiments`, :func:`render_list`);
 * :mod:`tuner.report.plots`: the matplotlib plots as PNGs (:func:`write_plots`);
 * :mod:`tuner.report.html`: the HTML page (:func:`write_html`).
 """
 
-from tuner.report.analysis import budget, importances, scheduler_rungs
+from tuner.report.analysis import budget, importances, pareto_facts, scheduler_rungs
 from tuner.report.html import write_html
 from tuner.report.loading import Experiment, ReportError, load_experiment
 from tuner.report.plots import write_plots
 from tuner.report.text import FORMATS, list_experiments, render, render_list
 
 __all__ = ["Experiment", "ReportError", "load_experiment", "render", "write_html", "write_plots",
-           "list_experiments", "render_list", "scheduler_rungs", "budget", "importances", "FORMATS"]
+           "list_experiments", "render_list", "scheduler_rungs", "budget", "importances", "pareto_facts",
+           "FORMATS"]
