@@ -1,6 +1,6 @@
 """`tuner report` with several objectives: the Pareto front, infeasible trials, the hypervolume.
 
-One real experiment is run once for the module through the CLI: ``tests.trainables:two_objectives``
+One real experiment is run once for the module through the CLI: ``tests.trainables:accuracy_cost``
 (accuracy max, cost min, and latency_ms constrained to <= 30), random search, 12 trials of 2
 iterations. Every check compares the report with a brute-force non-dominated filter over the
 trials' own ``result.json`` files, written out here without tuner.pareto or Optuna.
@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.xdist_group("test_report_pareto"), pytest.mark.slow]
 
 SPEC = """\
 name: pareto
-trainable: tests.trainables:two_objectives
+trainable: tests.trainables:accuracy_cost
 metric: [accuracy, cost]
 mode: [max, min]
 constraints:
@@ -107,6 +108,13 @@ def test_front_is_the_brute_force_non_dominated_set(exp):
     # The best trial: on the front, the best on the first objective (not the infeasible best accuracy).
     assert report.best_trial == max(front, key=lambda i: results[i]["accuracy"])
     assert max(results, key=lambda i: results[i]["accuracy"]) not in feasible
+    # The run's own files agree: results.csv's order and columns, summary.json's front and best.
+    csv = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert list(report.trials["trial_id"]) == list(csv["trial_id"])
+    assert set(csv.loc[csv["pareto"], "trial_id"]) == front and set(csv.loc[csv["feasible"], "trial_id"]) == feasible
+    summary = json.loads((exp / "summary.json").read_text())
+    assert {e["trial_id"] for e in summary["pareto_front"]} == front
+    assert summary["best"]["trial_id"] == report.best_trial
 
 
 def test_report_table_lists_the_front(exp, run_cli):

@@ -627,7 +627,7 @@ def pbt_member(config):
         trial.report({"score": state["score"], "lr": float(config["lr"])}, checkpoint_dir=folder)
 
 
-def two_objectives(config):
+def accuracy_cost(config):
     """Two objectives with a known Pareto front: ``accuracy`` (max) against ``cost`` (min).
 
     At the last iteration ``accuracy = x - y / 2`` and ``cost = x ** 2 + y / 2`` (the earlier

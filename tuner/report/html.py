@@ -113,10 +113,11 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
     pareto_section = _pareto_section(exp, pngs, facts["pareto"])
     order_note = f"Sorted by the last reported {exp.metric}"
     if exp.multi_objective:
-        order_note = (f"The trials on the Pareto front first, then the other feasible ones, then the infeasible ones; "
-                      f"each by the last reported {exp.metric}")
+        order_note = (f"The trials on the Pareto front first, each group by the last reported {exp.metric}; "
+                      "infeasible trials and those without a result last, by id")
     elif exp.constraints:
-        order_note = f"The feasible trials first, then the infeasible ones; each by the last reported {exp.metric}"
+        order_note = (f"Sorted by the last reported {exp.metric}; infeasible trials and those without a result "
+                      "last, by id")
     best_title = f"Best config (on the Pareto front, the best {exp.metric})" if exp.multi_objective else "Best config"
     header = _header(exp)
 

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from tuner import pareto
-from tuner.best import best_reported, has_result, nan_to_none, rank_key, ranked
+from tuner.best import best_reported, has_result, nan_to_none, ranked
 from tuner.errors import InputError
 from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
                           RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
@@ -77,9 +77,9 @@ class Experiment:
             and ``best`` (True for the best trial). With several objectives, ``last_`` and
             ``best_`` of each objective and ``pareto`` (on the Pareto front); with
             constraints, ``last_<metric>`` of each constrained metric and ``feasible``.
-            With several objectives the trials on the front come first, then the other
-            feasible ones, then the infeasible ones; each group by the first objective
-            (as :mod:`tuner.best` ranks them). With constraints alone, the feasible ones first.
+            The order is ``results.csv``'s: :mod:`tuner.best`'s rule on the first objective,
+            infeasible trials among those without a result (by id), and with several
+            objectives the trials on the front first.
         history: One row per reported result: ``trial_id``, ``training_iteration``,
             ``time_total_s`` and every numeric metric.
         best_trial: Id of the best trial by :mod:`tuner.best`'s rule: the best last value
@@ -457,16 +457,18 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         # tuner.best's rule, as summary.json and results.csv: errored trials and trials
         # without a finite value go last, and are never the best.
         if several or constraints:
-            # The front first, then the other feasible trials, then the infeasible ones; each
-            # group by tuner.best's rule on the first objective. Only a trial of the first
-            # group (the front; with one objective, a feasible trial) can be the best.
-            top = "pareto" if several else "feasible"
-            group = {i: 0 if trials.at[i, top] else 1 if trials.at[i, "feasible"] else 2 for i in trials.index} \
-                if several and constraints else {i: 0 if trials.at[i, top] else 1 for i in trials.index}
-            trials = trials.loc[sorted(trials.index, key=lambda i: (
-                group[i], rank_key(trials.at[i, col], trials.at[i, "status"], mode, trials.at[i, "trial_id"])))]
+            # As results.csv: tuner.best's rule with the infeasible trials among those without a
+            # result; then, with several objectives, the front first (only its trials can be the best).
+            order = ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
+                           status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"],
+                           feasible=lambda i: bool(trials.at[i, "feasible"]) if constraints else True)
+            if several:
+                order.sort(key=lambda i: not trials.at[i, "pareto"])
+            trials = trials.loc[order]
             first = trials.index[0]
-            if group[first] == 0 and has_result(trials.at[first, col], trials.at[first, "status"]):
+            if (has_result(trials.at[first, col], trials.at[first, "status"])
+                    and (not constraints or trials.at[first, "feasible"])
+                    and (not several or trials.at[first, "pareto"])):
                 best_trial = trials.at[first, "trial_id"]
         else:
             trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
