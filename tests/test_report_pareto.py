@@ -155,13 +155,13 @@ def test_report_json_has_the_front_and_the_hypervolume(exp, run_cli):
         assert entry["objectives"] == pytest.approx({m: results[entry["trial_id"]][m] for m, _ in OBJECTIVES})
     hv = doc["hypervolume"]
     summary = json.loads((exp / "summary.json").read_text())
-    if "hypervolume" in summary:  # the run's own reference point, once summary.json has it
-        assert hv["reference"] == pytest.approx(summary["hypervolume"]["reference"])
-    else:  # the worst feasible value of each objective, 10% of its range further out
-        acc = [r["accuracy"] for r in feasible]
-        cost = [r["cost"] for r in feasible]
-        assert hv["reference"] == pytest.approx([min(acc) - 0.1 * (max(acc) - min(acc)),
-                                                 max(cost) + 0.1 * (max(cost) - min(cost))])
+    # The worst feasible value of each objective, 10% of its range further out; the run's own.
+    acc = [r["accuracy"] for r in feasible]
+    cost = [r["cost"] for r in feasible]
+    rule = [min(acc) - 0.1 * (max(acc) - min(acc)), max(cost) + 0.1 * (max(cost) - min(cost))]
+    assert hv["reference"] == pytest.approx(rule)
+    assert summary["hypervolume"]["reference"] == pytest.approx(rule)
+    assert summary["hypervolume"]["value"] == pytest.approx(hv["value"])
     points = [(results[t]["accuracy"], results[t]["cost"]) for t in front]
     assert hv["value"] == pytest.approx(area_2d(points, hv["reference"]), rel=1e-9) and hv["value"] > 0
     # The history adds the trials in creation order (their ids' numeric suffix); it ends at the value.
@@ -218,7 +218,7 @@ def test_three_objectives_give_a_scatter_per_pair(exp, tmp_path):
 def test_front_comes_from_the_last_results_of_a_stopped_run(exp, tmp_path):
     """No summary.json or results.csv (a driver killed mid-run), and a trial whose last
     iteration is lost: the front is worked out from each trial's last result as it stands."""
-    from tuner.report import load_experiment
+    from tuner.report import load_experiment, pareto_facts
 
     copy = shutil.copytree(exp, tmp_path / "stopped", symlinks=True)
     (copy / "summary.json").unlink()
@@ -233,6 +233,9 @@ def test_front_comes_from_the_last_results_of_a_stopped_run(exp, tmp_path):
     report = load_experiment(copy)
     assert report.status == "stopped"
     assert set(report.front) == brute_front(results)
+    hv = pareto_facts(report)["hypervolume"]  # no summary.json: its own reference point
+    points = [(results[t]["accuracy"], results[t]["cost"]) for t in brute_front(results)]
+    assert hv["value"] == pytest.approx(area_2d(points, hv["reference"]), rel=1e-9)
     assert report.best_trial == max(brute_front(results), key=lambda t: results[t]["accuracy"])
 
 
