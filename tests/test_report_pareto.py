@@ -276,3 +276,13 @@ def test_one_objective_with_a_constraint_never_picks_an_infeasible_best(exp, tmp
         assert ("Feasible: " in table) == constrained
         if not constrained:
             assert table.splitlines()[1] == "12 trials (12 TERMINATED); metric accuracy (max)"
+
+
+def test_creation_index_of_a_saved_trial():
+    """Ray's trial generators start each experiment_tag with their counter (random ids under a searcher)."""
+    from tuner.ray_internals import saved_trial_creation_index as index
+
+    assert index({"trial_id": "b2f62762", "experiment_tag": "12_x=0.5488,y=0.0000"}) == 12
+    assert index({"experiment_tag": "3_lr=0.01@perturbed[lr=0.012]"}) == 3
+    assert index({"experiment_tag": "0"}) == 0
+    assert index({"experiment_tag": "x=1"}) is None and index({}) is None and index({"experiment_tag": 4}) is None

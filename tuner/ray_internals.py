@@ -37,6 +37,8 @@ __all__ = [
     "pbt_population", "pbt_perturbations", "watch_skipped_exploits", "PBTCloneSourceHooks", "pbt_clone_sources",
     # PBT's perturbation logs (pbt_global.txt, pbt_policy_<trial id>.txt)
     "pbt_log_rows", "pbt_orig_tag", "saved_trial_initial_config",
+    # the order Ray created the trials in (tuner report's hypervolume against trial count)
+    "saved_trial_creation_index",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
     # the Ray process, the cluster and its jobs
@@ -585,6 +587,23 @@ def saved_trial_initial_config(saved_trial: dict) -> dict:
             node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else {}
         node[keys[-1]] = value
     return config
+
+
+def saved_trial_creation_index(saved_trial: dict) -> int | None:
+    """The number Ray's trial generator gave a trial as it created it, from the trial as the
+    experiment state saved it (:func:`saved_trials`); trials created later have larger numbers.
+
+    Ray 2.60 starts each trial's ``experiment_tag`` with a counter: ``<counter>_<sampled values>``,
+    from 0 under random and grid search (``basic_variant._TrialIterator.create_trial``), from 1
+    under a searcher (``SearchGenerator.create_trial_if_possible``, whose trial ids are random
+    and so say nothing of the order). The experiment state lists the trials in no such order.
+
+    Returns:
+        The counter, or None when the saved trial has no tag that starts with one.
+    """
+    tag = saved_trial.get("experiment_tag")
+    head = tag.split("_", 1)[0] if isinstance(tag, str) else ""
+    return int(head) if head.isdigit() else None
 
 
 def controller_trials(tune_controller: Any) -> list:

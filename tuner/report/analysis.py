@@ -15,7 +15,7 @@ from tuner import pareto
 from tuner.best import ERROR, is_finite_number
 from tuner.layout import RUN_RECORD
 from tuner.params import distributions
-from tuner.report.loading import Experiment, _numeric, _py, _read_json, creation_order
+from tuner.report.loading import Experiment, _numeric, _py, _read_json
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
 
@@ -225,7 +225,7 @@ def pareto_facts(exp: Experiment) -> dict[str, Any] | None:
     describes the experiment as it is now, else :func:`tuner.pareto.reference_point` over the
     feasible trials with a result (each objective's worst value, 10% of its range further out).
     The hypervolume history adds the trials in the order they were created
-    (:func:`~tuner.report.loading.creation_order`).
+    (:attr:`Experiment.created`).
 
     Returns:
         None with fewer than two objectives; else ``objectives`` (``[{metric, mode}]``),
@@ -254,7 +254,7 @@ def pareto_facts(exp: Experiment) -> dict[str, Any] | None:
         reference = [float(v) for v in summary_hv["reference"]]
     elif ok:
         reference = pareto.reference_point(list(ok.values()), objectives)
-    order = creation_order(list(points))
+    order = [t for t in exp.created if t in points]
     hypervolume = None
     history: list[float] = []
     if reference is not None:

@@ -36,7 +36,7 @@ from tuner.spec import Spec, SpecError, load_spec
 from tuner.spec.sections import Constraint, Objective
 from tuner.state import ExperimentState, read_state
 
-__all__ = ["Experiment", "ReportError", "load_experiment", "creation_order"]
+__all__ = ["Experiment", "ReportError", "load_experiment"]
 
 _ENDED = ("TERMINATED", "ERROR")
 # Keys Ray adds to every result that are not metrics (the x axes are kept apart).
@@ -92,6 +92,10 @@ class Experiment:
             empty otherwise.
         schedule: A PBT/PB2 run: the best trial's schedule (:func:`tuner.schedule.best_schedule`),
             or None.
+        created: The trial ids in the order the trials were created: the experiment state's
+            trials by the number Ray's trial generator gave each
+            (:func:`tuner.ray_internals.saved_trial_creation_index`), then the trials it does not
+            list yet by the numeric suffix of their ids.
         objectives: The objectives (:class:`~tuner.spec.sections.Objective`): the spec's, else
             ``summary.json``'s; one for a single metric, empty without one.
         constraints: The constraints (:class:`~tuner.spec.sections.Constraint`), likewise; empty
@@ -113,6 +117,7 @@ class Experiment:
     pbt: bool = False
     perturbations: list[dict] = field(default_factory=list)
     schedule: dict | None = None
+    created: list[str] = field(default_factory=list)
     objectives: list[Objective] = field(default_factory=list)
     constraints: list[Constraint] = field(default_factory=list)
 
@@ -169,10 +174,17 @@ def _read_json(path: Path) -> Any:
 
 
 def _state_trials(state: ExperimentState | None) -> list[dict]:
-    return [{"trial_id": trial["trial_id"], "status": trial.get("status"),
-             "folder": trial.get("relative_logdir") or trial.get("custom_dirname"),
-             "config": trial.get("config") if isinstance(trial.get("config"), dict) else {}}
-            for trial in (state.trials if state is not None else [])]
+    """The saved trials, in the order Ray created them (:func:`tuner.ray_internals.saved_trial_creation_index`;
+    the state's own order is not that one)."""
+    from tuner.ray_internals import saved_trial_creation_index  # imports no Ray
+
+    saved = state.trials if state is not None else []
+    created = [saved_trial_creation_index(trial) for trial in saved]
+    order = sorted(range(len(saved)), key=lambda i: (0, created[i]) if created[i] is not None else (1, i))
+    return [{"trial_id": saved[i]["trial_id"], "status": saved[i].get("status"),
+             "folder": saved[i].get("relative_logdir") or saved[i].get("custom_dirname"),
+             "config": saved[i].get("config") if isinstance(saved[i].get("config"), dict) else {}}
+            for i in order]
 
 
 def _trial_folders(path: Path) -> dict[str, Path]:
@@ -287,21 +299,12 @@ def _is_running(path: Path) -> bool:
         os.close(fd)
 
 
-def creation_order(trial_ids: list[str]) -> list[str]:
-    """Trial ids in the order the trials were created: by the numeric suffix Ray gives each
-    (``<experiment id>_<5-digit index>``, counting up), then by id.
-
-    Args:
-        trial_ids: The ids, in any order.
-
-    Returns:
-        A new list; ids without a numeric suffix go last, by id.
-    """
-    def key(trial_id: str) -> tuple:
-        tail = str(trial_id).rsplit("_", 1)[-1]
-        return (0, int(tail), str(trial_id)) if tail.isdigit() else (1, 0, str(trial_id))
-
-    return sorted(trial_ids, key=key)
+def _creation_key(trial_id: str) -> tuple:
+    """Sort key of a trial the experiment state does not list: the numeric suffix Ray gives
+    a trial id (``<experiment id>_<5-digit index>``, counting up), then the id; ids without one
+    (a searcher's trials are named by Ray's random ids) last, by id."""
+    tail = str(trial_id).rsplit("_", 1)[-1]
+    return (0, int(tail), str(trial_id)) if tail.isdigit() else (1, 0, str(trial_id))
 
 
 def _objectives_and_constraints(spec: Spec | None, summary: dict | None) -> tuple[list[Objective], list[Constraint]]:
@@ -376,8 +379,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     # A folder the state does not list is a trial newer than the state, unless its files are
     # older: then it is a trial the experiment dropped (`tuner resume --restart-errored`
     # starts an errored trial over as a new trial, in a new folder).
-    ids = [t["trial_id"] for t in listed] + [t for t, folder in folders.items() if t not in known
-                                             and not (state is not None and _last_write(folder) < state_mtime)]
+    ids = [t["trial_id"] for t in listed] + sorted((t for t, folder in folders.items() if t not in known and not (
+        state is not None and _last_write(folder) < state_mtime)), key=_creation_key)
     by_id = {t["trial_id"]: t for t in listed}
     csv_status: dict[str, str] = {}
     if summary is not None and (path / RESULTS_CSV).is_file():
@@ -511,4 +514,4 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     return Experiment(path=path, name=path.name, spec=spec, metric=metric, mode=mode, status=status,
                       started=record.get("created"), summary=summary, trials=trials, history=hist,
                       best_trial=best_trial, params=params, pbt=pbt, perturbations=perturbations, schedule=schedule,
-                      objectives=objectives, constraints=constraints)
+                      created=ids, objectives=objectives, constraints=constraints)
