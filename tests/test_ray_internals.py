@@ -335,6 +335,12 @@ INTERNALS = [
              equals(_tuner("tuner.layout.SEARCHER_STATE"))),
     Internal("ray.tune.utils.util._atomic_save", "tuner/failures.py: reopen_searcher, _remind_bohb_of_live_trials",
              params("state", "checkpoint_dir", "file_name", "tmp_file_name"), via="save_searcher_state"),
+    Internal("ray.tune.search.optuna.OptunaSearch", "tuner/algorithms.py: _OptunaSearch (constraints set on the "
+             "Optuna trial before Ray tells it)",
+             all_of(_called(lambda cls: cls(), attrs("_ot_trials", "_completed_trials")),
+                    _called(lambda cls: cls.on_trial_complete,
+                            source_has("ot_trial = self._ot_trials[trial_id]", "self._ot_study.tell(ot_trial, val"))),
+             via="optuna_trial_to_tell"),
     # schedulers and the Tune controller
     Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
              _called(lambda cls: cls(), attrs("_trial_info")), via="hyperband_bracket"),

@@ -52,6 +52,24 @@ def raw_ray(config):
         tune.report({"loss": config["x"] + 1.0 / (i + 1)})
 
 
+def two_objectives(config):
+    """Two objectives with a known Pareto front (ZDT1's shape): f1 = x and f2 = 1 + y - sqrt(x), both
+    minimized, over ``epochs`` iterations (f2 falls to its final value); the front is every trial
+    with y = 0. Also reports ``size`` = x + y, for a constraint."""
+    x, y = float(config["x"]), float(config.get("y", 0.0))
+    epochs = int(config.get("epochs", 2))
+    for i in range(epochs):
+        trial.report({"f1": x, "f2": 1.0 + y - x ** 0.5 + (epochs - 1 - i) * 0.1, "size": x + y})
+
+
+def raw_ray_two_objectives(config):
+    """An existing Ray Tune function trainable reporting several metrics with ray.tune.report."""
+    from ray import tune
+
+    for i in range(2):
+        tune.report({"acc": config["x"] * (i + 1) / 2, "cost": config["x"] ** 2 + config["y"], "epoch": i})
+
+
 def fails_for_large_x(config):
     """Raises for x > 0.5 on its second iteration."""
     for i in range(3):

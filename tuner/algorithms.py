@@ -3,7 +3,9 @@
 Searchers (which configurations to try):
     * ``grid`` and ``random``: ``ray.tune.search.basic_variant.BasicVariantGenerator``.
     * ``optuna``: ``ray.tune.search.optuna.OptunaSearch`` with Optuna's ``TPESampler``
-      (Bergstra et al., NeurIPS 2011).
+      (Bergstra et al., NeurIPS 2011; multi-objective: Ozaki et al., JAIR 2022), ``NSGAIISampler``
+      (Deb et al., IEEE TEC 2002) or ``NSGAIIISampler`` (Deb and Jain, IEEE TEC 2014). Several
+      objectives and the constraints reach Optuna itself (:class:`_OptunaSearch`).
     * ``bohb``: ``ray.tune.search.bohb.TuneBOHB`` (hpbandster; Falkner et al., ICML 2018).
 
 Schedulers (which trials to stop early):
@@ -17,7 +19,8 @@ Population schedulers (which change the configs of running trials):
       Online Hyperparameter Optimization with Population-Based Bandits", NeurIPS 2020).
 
 ``metric`` and ``mode`` are given to Ray's ``TuneConfig`` only, which hands them on to
-the searcher and the scheduler.
+the searcher and the scheduler: the scheduler's objective (:attr:`tuner.spec.Spec.scheduler_objective`).
+With several objectives, Optuna's searcher is built with all of them instead, and keeps them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ray.tune.schedulers import (
 from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
+from ray.tune.search.optuna import OptunaSearch
 
 from tuner import ray_internals
 from tuner.params import PATH_SEP, leaves
@@ -71,17 +75,63 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
                                      max_concurrent=max_concurrent or 0)
     if search.algorithm == "optuna":
         from optuna.samplers import TPESampler
-        from ray.tune.search.optuna import OptunaSearch
 
         quiet_searchers("optuna")
-        sampler = TPESampler(seed=spec.seed, n_startup_trials=search.n_startup_trials,
-                             multivariate=search.multivariate)
-        return OptunaSearch(sampler=sampler, points_to_evaluate=points)
+        sampler: Any
+        if search.sampler == "tpe":
+            sampler = TPESampler(seed=spec.seed, n_startup_trials=search.n_startup_trials,
+                                 multivariate=search.multivariate)
+        else:
+            from optuna.samplers import NSGAIIISampler, NSGAIISampler
+
+            cls = NSGAIISampler if search.sampler == "nsga2" else NSGAIIISampler
+            size: dict[str, Any] = {} if search.population_size is None else {"population_size": search.population_size}
+            sampler = cls(seed=spec.seed, **size)
+        return _OptunaSearch(sampler, points, spec)
     from ray.tune.search.bohb import TuneBOHB
 
     quiet_searchers("bohb")
     config = search.model_dump(exclude={"algorithm", "points_to_evaluate"}, exclude_none=True)
     return TuneBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points)
+
+
+class _OptunaSearch(OptunaSearch):
+    """Ray's ``OptunaSearch`` that keeps the spec's objectives and tells Optuna the constraints.
+
+    * Several objectives: the study is built with every objective's direction, and Tune's
+      ``TuneConfig`` metric (the scheduler's objective, one name) does not replace them.
+    * Constraints: before a finished trial is told to Optuna, each constraint's violation
+      (:meth:`tuner.spec.sections.Constraint.violation`, ``<= 0`` feasible) is set on it with
+      Optuna's ``Trial.set_constraint``, which TPE and NSGA-II/III read (Optuna 5's replacement
+      of ``constraints_func``), and which ``Study.best_trials`` honours.
+
+    Args:
+        sampler: The Optuna sampler.
+        points: ``search.points_to_evaluate``, or None.
+        spec: The validated spec.
+    """
+
+    def __init__(self, sampler: Any, points: list | None, spec: Spec):
+        objectives = spec.objectives or []
+        several = len(objectives) > 1
+        super().__init__(sampler=sampler, points_to_evaluate=points,
+                         metric=[o.metric for o in objectives] if several else None,
+                         mode=[o.mode for o in objectives] if several else None)
+        self.tuner_constraints = list(spec.constraints or [])
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        if isinstance(self.metric, list):  # several objectives: keep them
+            metric, mode = None, None
+        return super().set_search_properties(metric, mode, config, **spec)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        ot_trial = ray_internals.optuna_trial_to_tell(self, trial_id)
+        if result and ot_trial is not None:
+            from tuner.pareto import violations
+
+            for c, gap in zip(self.tuner_constraints, violations(result, self.tuner_constraints)):
+                ot_trial.set_constraint(c.metric, gap)
+        super().on_trial_complete(trial_id, result, error)
 
 
 def quiet_searchers(algorithm: str) -> None:
@@ -381,13 +431,23 @@ def _describe_dist(d: Any) -> str:
     return f"{d.type} (x0.8 or x1.2, or resampled)"
 
 
+def _describe_optuna(spec: Spec) -> str:
+    sampler = getattr(spec.search, "sampler", "tpe")
+    name = {"tpe": "TPE", "nsga2": "NSGA-II", "nsga3": "NSGA-III"}.get(sampler, sampler)
+    several = f", {len(spec.objectives or [])} objectives" if spec.multi_objective else ""
+    constrained = f", {len(spec.constraints or [])} constraint(s)" if spec.constraints else ""
+    size = getattr(spec.search, "population_size", None)
+    population = f", population {size}" if size else ""
+    return f"optuna ({name} sampler{several}{constrained}{population})"
+
+
 def describe_search(spec: Spec) -> list[str]:
     """Plan lines for the searcher and the scheduler, e.g. the ASHA rungs, PBT's mutations."""
     s: Any = spec.scheduler
     search = {
         "grid": "grid (BasicVariantGenerator): every grid point",
         "random": "random (BasicVariantGenerator)",
-        "optuna": "optuna (TPE sampler)",
+        "optuna": _describe_optuna(spec),
         "bohb": "bohb (TuneBOHB, hpbandster)",
     }[spec.search.algorithm]
     seed = f", seed {spec.seed}" if spec.seed is not None else ""

@@ -1,12 +1,14 @@
 """The best-trial rule, written once: ``summary.json``, ``results.csv``, ``tuner report`` and the console use it.
 
 The best trial is the best by the last reported value of the metric among the trials
-that did not error; NaN, inf and values that are not numbers are skipped. Between two
-equal values the trial with the smaller id wins (ids count up as trials are created).
+that did not error and are feasible (they meet the spec's constraints: :mod:`tuner.pareto`);
+NaN, inf and values that are not numbers are skipped. Between two equal values the trial
+with the smaller id wins (ids count up as trials are created).
 
-Trials are ranked the same way, best first: the trials with a result (not errored, a
-finite value) by their value, then every other trial (errored, or without a finite
-value) by id.
+Trials are ranked the same way, best first: the trials with a result (not errored,
+feasible, a finite value) by their value, then every other trial (errored, infeasible,
+or without a finite value) by id. With several objectives the metric is the first
+objective, and the candidates are the Pareto front's trials (:mod:`tuner.results`).
 
 Pure Python, no Ray import: ``tuner report`` reads experiment folders without Ray.
 """
@@ -85,7 +87,7 @@ def best_reported(values: Iterable[Any], mode: str | None) -> float:
     return min(finite) if mode == "min" else max(finite)
 
 
-def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "") -> tuple:
+def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "", feasible: bool = True) -> tuple:
     """The sort key of a trial, best first (see the module's rule).
 
     Args:
@@ -93,15 +95,16 @@ def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "
         status: The trial's status.
         mode: ``min`` or ``max``.
         trial_id: The trial's id, for ties and for the order of the trials without a result.
+        feasible: Whether the trial meets the spec's constraints (:func:`tuner.pareto.feasible`).
     """
     tie = "" if trial_id is None else str(trial_id)
-    if has_result(value, status):
+    if feasible and has_result(value, status):
         return (0, float(value) if mode == "min" else -float(value), tie)
     return (1, 0.0, tie)
 
 
 def ranked(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], status: Callable[[T], Any],
-           trial_id: Callable[[T], Any]) -> list[T]:
+           trial_id: Callable[[T], Any], feasible: Callable[[T], bool] | None = None) -> list[T]:
     """The items (trials, rows, results) sorted best first.
 
     Args:
@@ -110,20 +113,22 @@ def ranked(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], s
         value: The item's last reported value of the metric.
         status: The item's status (``ERROR`` for a trial that errored).
         trial_id: The item's trial id.
+        feasible: Whether the item meets the spec's constraints; None: every item does.
 
     Returns:
         A new list: the trials with a result by their value, best first, then the others by id.
     """
-    return sorted(items, key=lambda item: rank_key(value(item), status(item), mode, trial_id(item)))
+    ok = feasible or (lambda item: True)
+    return sorted(items, key=lambda item: rank_key(value(item), status(item), mode, trial_id(item), ok(item)))
 
 
 def best(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], status: Callable[[T], Any],
-         trial_id: Callable[[T], Any]) -> T | None:
+         trial_id: Callable[[T], Any], feasible: Callable[[T], bool] | None = None) -> T | None:
     """The best item by the rule of this module, or None when no trial has a result.
 
     Args: as :func:`ranked`.
     """
-    order = ranked(items, mode, value=value, status=status, trial_id=trial_id)
-    if order and has_result(value(order[0]), status(order[0])):
+    order = ranked(items, mode, value=value, status=status, trial_id=trial_id, feasible=feasible)
+    if order and has_result(value(order[0]), status(order[0])) and (feasible is None or feasible(order[0])):
         return order[0]
     return None

@@ -18,7 +18,7 @@ import traceback
 import click
 
 from tuner.errors import InputError, TrialError, TunerError
-from tuner.layout import BEST_CONFIG, RESULTS_CSV, SUMMARY
+from tuner.layout import BEST_CONFIG, PARETO_CONFIGS, RESULTS_CSV, SUMMARY
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, TrialError.exit_code, InputError.exit_code, 130
 
@@ -133,7 +133,8 @@ def _finish(result) -> None:
     if result.summary.get("location"):
         where, mirror = result.summary["location"], f"; local mirror: {result.experiment_path}"
     click.echo(f"Results: {where} ({SUMMARY}, {RESULTS_CSV}"
-               f"{', ' + BEST_CONFIG if result.best_config is not None else ''}{mirror})")
+               f"{', ' + BEST_CONFIG if result.best_config is not None else ''}"
+               f"{', ' + PARETO_CONFIGS if 'pareto_front' in result.summary else ''}{mirror})")
     if result.interrupted:
         _interrupted(result.experiment_path)
     if result.aborted:

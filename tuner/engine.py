@@ -399,7 +399,7 @@ def plan(prepared: Prepared) -> str:
         f"trainable:  {_describe_trainable(prepared.trainable)}",
         f"trials:     {trials} ({how})",
         f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
-        f"metric:     {spec.metric} ({spec.mode})" if spec.metric else "metric:     (none: no best trial)",
+        *_describe_objectives(spec),
     ]
     budget = []
     if spec.stop:
@@ -414,6 +414,29 @@ def plan(prepared: Prepared) -> str:
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
     return "\n".join(lines)
+
+
+def _describe_objectives(spec: Spec) -> list[str]:
+    """Plan lines for the metric, or the objectives and which of them the scheduler compares, and the constraints."""
+    lines = []
+    if not spec.metric:
+        lines.append("metric:     (none: no best trial)")
+    elif not spec.multi_objective:
+        lines.append(f"metric:     {spec.metric} ({spec.mode})")
+    else:
+        objectives = spec.objectives or []
+        lines.append(f"objectives: {', '.join(f'{o.metric} ({o.mode})' for o in objectives)}: the result is the "
+                     "Pareto front of the feasible trials (summary.json, pareto_configs.yaml); best_config is the "
+                     f"front's best on {objectives[0].metric}")
+        ranked = spec.scheduler_objective
+        if spec.scheduler.type != "fifo" and ranked is not None:
+            why = "scheduler.metric" if getattr(spec.scheduler, "metric", None) else "the first objective; " \
+                  "scheduler.metric names another"
+            lines.append(f"            scheduler {spec.scheduler.type} compares trials by {ranked.metric} "
+                         f"({ranked.mode}) only ({why})")
+    for c in spec.constraints or []:
+        lines.append(f"constraint: {c.describe()} (an infeasible trial is never the best nor on the front)")
+    return lines
 
 
 def _rename_note(prepared: Prepared) -> str:
@@ -656,13 +679,16 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 echo(f"tuner: note: {note}")
         searcher = build_searcher(spec, max_concurrent)
         scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
+        ranked = spec.scheduler_objective
         basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
             tune.with_resources(build_trainable(fn, spec, prepared.location), driver_request(spec)),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
-                metric=spec.metric,
-                mode=spec.mode,
+                # The scheduler's objective: a Ray scheduler compares trials by one metric. An optuna
+                # searcher with several objectives keeps its own (tuner.algorithms._OptunaSearch).
+                metric=ranked.metric if ranked else None,
+                mode=ranked.mode if ranked else None,
                 search_alg=searcher,
                 scheduler=scheduler,
                 num_samples=spec.num_samples,

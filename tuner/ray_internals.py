@@ -30,6 +30,7 @@ __all__ = [
     "saved_stopper", "tune_run_catches_signals", "lean_callback_usage_tag",
     # searcher state that tuner rewrites for a resume
     "reopen_basic_variant_state", "reopen_search_generator_state", "bohb_state", "save_searcher_state",
+    "optuna_trial_to_tell",
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
@@ -421,6 +422,14 @@ def pbt_population(scheduler: Any) -> dict:
 def pbt_perturbations(scheduler: Any) -> int:
     """How many exploits a PBT or PB2 scheduler has made (``_num_perturbations`` in Ray 2.60)."""
     return scheduler._num_perturbations
+
+
+def optuna_trial_to_tell(searcher: Any, trial_id: str) -> Any:
+    """The Optuna trial that Ray's ``OptunaSearch`` is about to tell for a finished Tune trial, or None
+    (unknown, or told already). Ray 2.60 keeps them in ``_ot_trials`` and ``_completed_trials``."""
+    if trial_id in searcher._completed_trials:
+        return None
+    return searcher._ot_trials.get(trial_id)
 
 
 class PBTCloneSourceHooks:

@@ -73,15 +73,17 @@ def build_reporter(spec: Spec) -> TableReporter | None:
     Returns:
         A :class:`TableReporter` (Ray's ``CLIReporter``) with ``parameter_columns`` = the
         varied parameters and ``metric_columns`` = ``reporting.cli.metric_columns``
-        (default: the metric and ``training_iteration``), printing the progress line under
+        (default: every objective's metric, every constraint's, and ``training_iteration``),
+        printing the progress line under
         each table unless ``reporting.cli.progress`` is false; or None when
         ``reporting.cli`` is false.
     """
     cli = spec.reporting.cli
     if not cli.enabled:
         return None
-    names = list(cli.metric_columns or ([spec.metric] if spec.metric else []))
-    columns = {name: name for name in names}
+    names = list(cli.metric_columns or [*(o.metric for o in spec.objectives or []),
+                                        *(c.metric for c in spec.constraints or [])])
+    columns = {name: name for name in dict.fromkeys(names)}
     columns.setdefault("training_iteration", "iter")
     location = None
     if spec.remote_storage:
@@ -94,9 +96,50 @@ def build_reporter(spec: Spec) -> TableReporter | None:
         max_report_frequency=cli.max_report_frequency,
         # Not sort_by_metric: Ray 2.60 then compares None with None and crashes when a
         # TERMINATED trial never reported the metric (e.g. after a first-trial abort).
-        progress=ProgressLine(spec.metric, spec.mode, spec.time_budget_s) if cli.progress else None,
+        progress=ProgressLine(spec.metric, spec.mode, spec.time_budget_s, best=BestRule.of(spec)) if cli.progress
+        else None,
         location=location,
+        best=BestRule.of(spec),
     )
+
+
+class BestRule:
+    """Which trial the console calls the best, as ``summary.json`` does (:mod:`tuner.best`): by the
+    spec's metric (the first objective), among the feasible trials (:mod:`tuner.pareto`) and, with
+    several objectives, among the Pareto front's trials.
+
+    Args:
+        metric: The spec's metric, or None.
+        mode: ``min`` or ``max``.
+        objectives: The spec's objectives (two or more: the front is computed), or None.
+        constraints: The spec's constraints, or None.
+    """
+
+    def __init__(self, metric: str | None, mode: str | None, objectives: list | None = None,
+                 constraints: list | None = None):
+        self.metric, self.mode = metric, mode
+        self.objectives = list(objectives or [])
+        self.constraints = list(constraints or [])
+
+    @classmethod
+    def of(cls, spec: Spec) -> BestRule:
+        """The spec's rule."""
+        return cls(spec.metric, spec.mode, spec.objectives, spec.constraints)
+
+    def front(self, trials: list) -> list | None:
+        """The Pareto front of Ray ``Trial`` objects (their last results); None for one objective."""
+        if len(self.objectives) < 2:
+            return None
+        from tuner.pareto import pareto_front
+
+        return pareto_front(trials, self.objectives, result=lambda t: t.last_result, status=lambda t: t.status,
+                            constraints=self.constraints)
+
+    def best(self, trials: list, front: list | None = None):
+        """The best of Ray ``Trial`` objects so far, or None; ``front``: :meth:`front`'s answer, if known."""
+        if len(self.objectives) > 1:
+            trials = self.front(trials) if front is None else front
+        return best_trial(trials, self.metric, self.mode, self.constraints)
 
 
 class TableReporter(CLIReporterHooks, CLIReporter):
@@ -114,16 +157,20 @@ class TableReporter(CLIReporterHooks, CLIReporter):
         progress: The progress line, or None for the table alone.
         location: The experiment's cloud URI, for display; None for a local folder
             (then read from the trials).
+        best: Which trial is the best (the spec's :class:`BestRule`); None: by Ray's metric and
+            mode (the scheduler's objective).
         **kwargs: Ray's ``CLIReporter`` arguments.
     """
 
     _LOGDIR = "Result logdir: "
     _BEST = "Current best trial: "
 
-    def __init__(self, *, progress: ProgressLine | None = None, location: str | None = None, **kwargs):
+    def __init__(self, *, progress: ProgressLine | None = None, location: str | None = None,
+                 best: BestRule | None = None, **kwargs):
         super().__init__(**kwargs)
         self.progress = progress
         self.location = location
+        self.best = best
 
     def setup(self, *args, **kwargs) -> None:
         """Ray's setup at the start of each session (a run or a resume); the clocks start.
@@ -138,10 +185,10 @@ class TableReporter(CLIReporterHooks, CLIReporter):
             self.progress.start()  # a resumed run counts its own seconds
 
     def table_best_trial(self, trials: list):
-        metric = self.reporter_metric
-        if not metric or not trials:
-            return None, metric
-        return best_trial(trials, metric, self.reporter_mode), metric
+        rule = getattr(self, "best", None) or BestRule(self.reporter_metric, self.reporter_mode)
+        if not rule.metric or not trials:
+            return None, rule.metric
+        return rule.best(trials), rule.metric
 
     def _folder(self, trials: list) -> str:
         if self.location:
@@ -478,7 +525,7 @@ def __getattr__(name: str) -> Any:
 
 def progress_line(done: int, total: int, errored: int = 0, used_s: float | None = None,
                   budget_s: float | None = None, metric: str | None = None, best: float | None = None,
-                  best_trial: str | None = None) -> str:
+                  best_trial: str | None = None, front: int | None = None) -> str:
     """The overall progress in one line.
 
     Example: ``Progress: 12/32 trials done | 310/900 s of time budget | best trial
@@ -493,10 +540,13 @@ def progress_line(done: int, total: int, errored: int = 0, used_s: float | None 
         metric: The spec's metric, or None.
         best: The last value of ``metric`` of the best trial so far, or None.
         best_trial: The best trial's id.
+        front: Several objectives: the number of trials on the Pareto front so far; None otherwise.
     """
     parts = [f"{done}/{total} trials done" + (f" ({errored} errored)" if errored else "")]
     if used_s is not None:
         parts.append(f"{used_s:.0f}/{budget_s:g} s of time budget" if budget_s else f"{used_s:.0f} s elapsed")
+    if front is not None:
+        parts.append(f"Pareto front {front} trial{'s' if front != 1 else ''}")
     if metric:
         parts.append(f"best trial {best_trial}, {last_value(metric, best)}" if best is not None
                      else f"no {metric} reported yet")
@@ -509,16 +559,25 @@ def last_value(metric: str, value: Any) -> str:
     return f"last {metric}={shown}"
 
 
-def best_trial(trials: list, metric: str | None, mode: str | None):
+def best_trial(trials: list, metric: str | None, mode: str | None, constraints: list | None = None):
     """The best of Ray ``Trial`` objects so far, by :mod:`tuner.best`'s rule (their last results).
 
+    Args:
+        trials: Ray ``Trial`` objects.
+        metric: The metric, or None.
+        mode: ``min`` or ``max``.
+        constraints: The spec's constraints: only a feasible trial can be the best.
+
     Returns:
-        The trial, or None (no metric, or no trial with a finite last value that did not error).
+        The trial, or None (no metric, or no feasible trial with a finite last value that did not error).
     """
     if not metric:
         return None
+    from tuner.pareto import feasible
+
     return best_of(trials, mode, value=lambda t: metric_value(t.last_result, metric),
-                     status=lambda t: t.status, trial_id=lambda t: t.trial_id)
+                   status=lambda t: t.status, trial_id=lambda t: t.trial_id,
+                   feasible=(lambda t: feasible(t.last_result, constraints)) if constraints else None)
 
 
 class ProgressLine:
@@ -534,12 +593,16 @@ class ProgressLine:
         mode: ``min`` or ``max``.
         time_budget_s: The spec's time budget, or None (a resume reads the current one
             from ``tuner_run.json``).
+        best: Which trial is the best (the spec's :class:`BestRule`); None: by ``metric`` alone.
+            With several objectives the line also gives the size of the Pareto front.
     """
 
-    def __init__(self, metric: str | None, mode: str | None, time_budget_s: float | None):
+    def __init__(self, metric: str | None, mode: str | None, time_budget_s: float | None,
+                 best: BestRule | None = None):
         self.metric = metric
         self.mode = mode
         self.time_budget_s = time_budget_s
+        self.rule = best or BestRule(metric, mode)
         self._started = time.monotonic()
 
     def start(self) -> None:
@@ -550,11 +613,14 @@ class ProgressLine:
         """The progress line for these trials (Ray ``Trial`` objects), of ``total`` trials to run."""
         statuses = [str(t.status) for t in trials]
         done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
-        top = best_trial(trials, self.metric, self.mode)
+        rule = getattr(self, "rule", None) or BestRule(self.metric, self.mode)  # a restored older one has none
+        front = rule.front(trials)
+        top = rule.best(trials, front)
         value = metric_value(top.last_result, self.metric) if top is not None else None
         used, budget = self._budget(trials)
         return progress_line(done, max(total, len(trials)), statuses.count("ERROR"), used, budget,
-                             self.metric, value, top.trial_id if top is not None else None)
+                             self.metric, value, top.trial_id if top is not None else None,
+                             None if front is None else len(front))
 
     def _budget(self, trials: list) -> tuple[float, float | None]:
         elapsed = time.monotonic() - self._started

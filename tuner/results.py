@@ -9,6 +9,12 @@ Files written into the experiment folder ``<storage>/<name>/``:
 * ``results.csv``: one row per trial, best first (:mod:`tuner.best`: errored trials and
   trials without a finite value last): ``trial_id``, ``status``, ``config/<param>``
   (nested names joined by ``/``), then the last reported metrics.
+* Constraints: ``summary.json`` holds ``constraints``, ``results.csv`` a ``feasible`` column.
+* Several objectives (:mod:`tuner.pareto`): ``summary.json`` holds ``objectives``, ``pareto_front``
+  (``trial_id``, ``config``, ``objectives``, ``checkpoint`` per trial of the front, in trial
+  order) and ``hypervolume`` (``reference``, ``value``); ``results.csv`` has a ``pareto`` column
+  and lists the front first; ``pareto_configs.yaml`` holds the front's trials. The best trial
+  (``best``, ``best_config.yaml``) is the front's best on the first objective.
 * PBT/PB2 runs: ``summary.json`` also holds ``perturbations`` (:func:`tuner.schedule.read_perturbations`),
   and ``best_schedule.yaml`` holds the best trial's hyperparameter schedule
   (:func:`tuner.schedule.best_schedule`).
@@ -29,8 +35,9 @@ from ray.tune import ResultGrid
 
 from tuner.best import ERROR, best as best_of, metric_value, nan_to_none, ranked
 from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
-from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PBT_GLOBAL, RESULTS_CSV, SUMMARY, TIMEOUT_MARKER,
-                          trial_id_of_folder)
+from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PARETO_CONFIGS, PBT_GLOBAL, RESULTS_CSV, SUMMARY,
+                          TIMEOUT_MARKER, trial_id_of_folder)
+from tuner.pareto import feasible as is_feasible, hypervolume, objective_values, pareto_front, reference_point
 from tuner.params import RAY_RESULT_KEYS, flatten
 from tuner.schedule import best_schedule, read_perturbations
 from tuner.space import plain
@@ -45,7 +52,9 @@ class TuneResult:
 
     Attributes:
         best_config: Config of the best trial (plain Python values), or None without a
-            metric or without a finished trial.
+            metric or without a finished trial. With constraints, the best feasible trial;
+            with several objectives, the Pareto front's best trial on the first objective
+            (one end of the front; :attr:`pareto_front` holds every trade-off).
         best_metrics: Last reported metrics of the best trial (user metrics and
             ``training_iteration``).
         best_checkpoint: Folder (or cloud URI) of the best trial's latest checkpoint, or None.
@@ -79,6 +88,14 @@ class TuneResult:
         ``cloned_from``, ``cloned_iteration``, ``old_config``, ``cloned_config``,
         ``new_config``); empty for other schedulers."""
         return list(self.summary.get("perturbations", []))
+
+    @property
+    def pareto_front(self) -> list[dict[str, Any]]:
+        """Several objectives: the feasible trials that no other feasible trial dominates, in trial
+        order, as in ``summary.json`` (:mod:`tuner.pareto`): ``trial_id``, ``config``,
+        ``objectives`` (metric -> last value) and ``checkpoint`` (folder or URI, or None) each;
+        empty for a single objective."""
+        return list(self.summary.get("pareto_front", []))
 
     @property
     def errors(self) -> list[dict[str, str]]:
@@ -200,7 +217,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         The TuneResult. The best trial is the best by the last reported value of
         ``spec.metric`` among the trials that did not error, skipping NaN and inf.
     """
-    from tuner.storage import display, join, to_uri
+    from tuner.storage import display, join
 
     path = Path(experiment_path)
     statuses = _statuses(grid)
@@ -213,7 +230,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     aborted = aborted_error = None
     for result, status, trial_id in zip(_results(grid), statuses, ids):
         metrics = result.metrics or {}
-        row = {"trial_id": trial_id, "status": status}
+        row: dict[str, Any] = {"trial_id": trial_id, "status": status}
         row.update({f"config/{k}": v for k, v in flatten(plain(result.config or {})).items()})
         row.update(_user_metrics(metrics) if metrics else {})
         rows.append(row)
@@ -226,26 +243,31 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
             aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / ERROR_FILE, result.error),
                        "path": where(result.path)}
             aborted_error = result.error
-    if spec.metric:  # best first; errored trials and trials without a finite value last
+    front = _front(spec, grid, statuses, ids)
+    if spec.constraints:
+        for row, result in zip(rows, _results(grid)):
+            row["feasible"] = is_feasible(result.metrics, spec.constraints)
+    if spec.multi_objective:
+        for row in rows:
+            row["pareto"] = row["trial_id"] in front
+    if spec.metric:  # best first (the front first); errored, infeasible and trials without a finite value last
         rows = ranked(rows, spec.mode, value=lambda r: r.get(spec.metric), status=lambda r: r["status"],
-                      trial_id=lambda r: r["trial_id"])
+                      trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)))
+        rows.sort(key=lambda r: not r.get("pareto", False))
     frame = pd.DataFrame(rows)
 
     best_config = best_metrics = best_ckpt = best_id = None
-    best = _best(spec, grid, statuses)
+    best = _best(spec, grid, statuses, set(front) if spec.multi_objective else None, ids)
     if best is not None:
         best_config = plain(best.config)
         best_metrics = _user_metrics(best.metrics)
         best_id = next(i for r, i in zip(_results(grid), ids) if r is best)
-        # A DDP trial's checkpoint is Ray Train's, passed on as the checkpoint_path metric.
-        best_ckpt = best.checkpoint.path if best.checkpoint is not None else best.metrics.get("checkpoint_path")
-        if location and best_ckpt:
-            best_ckpt = to_uri(display(best_ckpt), location)
+        best_ckpt = _checkpoint(best, location)
 
     by_status: dict[str, int] = {}
     for s in statuses:
         by_status[s] = by_status.get(s, 0) + 1
-    summary = {
+    summary: dict[str, Any] = {
         "name": spec.name,
         "metric": spec.metric,
         "mode": spec.mode,
@@ -263,6 +285,12 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     }
     if location:
         summary["location"] = display(location)
+    if spec.objectives:
+        summary["objectives"] = [o.model_dump() for o in spec.objectives]
+    if spec.constraints:
+        summary["constraints"] = [c.model_dump(exclude_none=True) for c in spec.constraints]
+    if spec.multi_objective:
+        summary.update(_front_summary(spec, grid, ids, front, location))
     schedule = None
     pbt = spec.scheduler.type in POPULATION_SCHEDULERS or (path / PBT_GLOBAL).is_file()
     if pbt:
@@ -276,32 +304,99 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         atomic_write(path / BEST_CONFIG, yaml.safe_dump(best_config, sort_keys=False))
     if schedule is not None:
         atomic_write(path / BEST_SCHEDULE, yaml.safe_dump(schedule, sort_keys=False))
+    if spec.multi_objective:
+        entries: list[dict[str, Any]] = summary["pareto_front"]
+        front_configs = [{"trial_id": t["trial_id"], "objectives": t["objectives"], "config": t["config"]}
+                         for t in entries]
+        atomic_write(path / PARETO_CONFIGS, yaml.safe_dump(front_configs, sort_keys=False))
     atomic_write(path / RESULTS_CSV, frame.to_csv(index=False))
     return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary, aborted_error,
                       best_schedule=schedule)
 
 
-def _best(spec: Spec, grid: ResultGrid, statuses: list[str]):
+def _best(spec: Spec, grid: ResultGrid, statuses: list[str], front: set[str] | None = None,
+          ids: list[str] | None = None):
     """The best trial's ``ray.tune.Result`` by :mod:`tuner.best`'s rule, or None.
 
     Like Ray's ``ResultGrid.get_best_result(scope="last", filter_nan_and_inf=True)``,
-    but a trial that ended in ERROR is never the best: its last value is not a result.
+    but a trial that ended in ERROR, or that fails a constraint, is never the best: its last
+    value is not a result. ``front``: the Pareto front's trial ids (several objectives), the
+    only candidates; ``ids``: the trials' ids in the grid's order.
     """
     if not spec.metric:
         return None
-    pick = best_of(zip(_results(grid), statuses), spec.mode, value=lambda c: metric_value(c[0].metrics, spec.metric),
+    ids = ids or _trial_ids(grid)
+    items = [(r, s, i) for r, s, i in zip(_results(grid), statuses, ids) if front is None or i in front]
+    pick = best_of(items, spec.mode, value=lambda c: metric_value(c[0].metrics, spec.metric),
                    status=lambda c: ERROR if c[0].error is not None else c[1],
-                   trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name)
+                   trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name,
+                   feasible=lambda c: is_feasible(c[0].metrics, spec.constraints))
     return None if pick is None else pick[0]
 
 
+def _front(spec: Spec, grid: ResultGrid, statuses: list[str], ids: list[str]) -> list[str]:
+    """The Pareto front's trial ids, in the grid's order (:func:`tuner.pareto.pareto_front`); [] for one objective."""
+    if not spec.multi_objective:
+        return []
+    items = [(r, ERROR if r.error is not None else s, i) for r, s, i in zip(_results(grid), statuses, ids)]
+    return [c[2] for c in pareto_front(items, spec.objectives or [], result=lambda c: c[0].metrics,
+                                       status=lambda c: c[1], constraints=spec.constraints)]
+
+
+def _checkpoint(result: Any, location: str | None) -> str | None:
+    """A trial's latest checkpoint: its folder, or a URI in the experiment's cloud ``location``."""
+    from tuner.storage import display, to_uri
+
+    # A DDP trial's checkpoint is Ray Train's, passed on as the checkpoint_path metric.
+    ckpt = result.checkpoint.path if result.checkpoint is not None else (result.metrics or {}).get("checkpoint_path")
+    if location and ckpt:
+        ckpt = to_uri(display(ckpt), location)
+    return ckpt
+
+
+def _front_summary(spec: Spec, grid: ResultGrid, ids: list[str], front: list[str],
+                   location: str | None) -> dict[str, Any]:
+    """``summary.json``'s ``pareto_front`` and ``hypervolume`` (over the feasible trials with a result)."""
+    objectives = spec.objectives or []
+    by_id = dict(zip(ids, _results(grid)))
+    entries = []
+    for trial_id in front:
+        result = by_id[trial_id]
+        entries.append({"trial_id": trial_id, "config": plain(result.config or {}),
+                        "objectives": {o.metric: plain(metric_value(result.metrics, o.metric)) for o in objectives},
+                        "checkpoint": _checkpoint(result, location)})
+    points = [objective_values(by_id[i].metrics, objectives) for i in front]
+    values = [p for p in points if p is not None]
+    volume = None
+    if values:
+        feasible_points = [v for r in by_id.values() if r.error is None and is_feasible(r.metrics, spec.constraints)
+                           for v in [objective_values(r.metrics, objectives)] if v is not None]
+        reference = reference_point(feasible_points, objectives)
+        volume = {"reference": reference, "value": hypervolume(values, objectives, reference)}
+    return {"pareto_front": entries, "hypervolume": volume}
+
+
 def best_line(spec: Spec, result: TuneResult) -> str:
-    """The closing line: ``Best trial <id>: <metric>=<value> config={...}``."""
+    """The closing line: ``Best trial <id>: <metric>=<value> config={...}``; with several objectives,
+    the size of the Pareto front first."""
+    if spec.multi_objective:
+        front = result.pareto_front
+        size = f"Pareto front: {len(front)} trial{'s' if len(front) != 1 else ''} ({PARETO_CONFIGS}). "
+        if result.best_trial_id is None:
+            return size + "No best trial: no feasible trial reported a finite value of every objective."
+        values = ", ".join(f"{o.metric}={_shown((result.best_metrics or {}).get(o.metric))}"
+                           for o in spec.objectives or [])
+        return size + f"Best on {spec.metric}: trial {result.best_trial_id}: {values} config={result.best_config}"
     if result.best_trial_id is None:
         if spec.metric is None:
             return "No best trial: the spec sets no metric."
+        if spec.constraints:
+            return f"No best trial: no feasible trial reported a finite {spec.metric}."
         return f"No best trial: no trial reported a finite {spec.metric}."
-    value = (result.best_metrics or {}).get(spec.metric)
-    shown = f"{value:.6g}" if isinstance(value, float) else value
-    return f"Best trial {result.best_trial_id}: {spec.metric}={shown} config={result.best_config}"
+    return (f"Best trial {result.best_trial_id}: {spec.metric}={_shown((result.best_metrics or {}).get(spec.metric))} "
+            f"config={result.best_config}")
+
+
+def _shown(value: Any) -> Any:
+    return f"{value:.6g}" if isinstance(value, float) else value
 

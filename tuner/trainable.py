@@ -158,7 +158,7 @@ def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
         distributed=distributed,
         oom_param=spec.oom_backoff,
         extra_metrics=extra,
-        metric=spec.metric,
+        metric=objective_metrics(spec),
         checkpoint_frequency=spec.checkpoint.frequency,
     )
 
@@ -196,7 +196,7 @@ def _marker_path(name: str, experiment_path: str, trial_id: str | None = None) -
 
 def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> Any:
     """Run the train function in this Tune trial, with a time limit and OOM back-off."""
-    _guard_reports(spec.metric)
+    _guard_reports(objective_metrics(spec))
     try:
         with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(_name(fn), experiment_path)):
             return _run_with_backoff(fn, spec, config)
@@ -414,8 +414,13 @@ def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike
     return trainable
 
 
-def _guard_reports(metric: str | None) -> None:
-    """Refuse a non-finite ``metric`` however this trial's function reports it.
+def objective_metrics(spec: Spec) -> tuple[str, ...] | None:
+    """The metrics whose NaN or inf fails a trial: every objective's; None without a metric."""
+    return tuple(o.metric for o in spec.objectives or ()) or None
+
+
+def _guard_reports(metric: str | tuple[str, ...] | None) -> None:
+    """Refuse a non-finite ``metric`` (any objective's) however this trial's function reports it.
 
     ``tuner.trial.report`` checks its own results; a Ray Tune function trainable that
     calls ``ray.tune.report`` (or returns a dict) goes through the trial's Ray session
@@ -457,7 +462,7 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
     Returns:
         The subclass, for ``tune.with_resources``.
     """
-    metric, timeout_s = spec.metric, spec.trial_timeout_s
+    metric, timeout_s = objective_metrics(spec), spec.trial_timeout_s
     name = cls.__name__
 
     class _TunerTrainable(cls):

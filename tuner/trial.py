@@ -43,7 +43,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 __all__ = [
     "report", "get_checkpoint", "world_size", "rank", "local_rank", "is_main_process", "device",
@@ -62,7 +62,8 @@ class TrialOptions:
         distributed: Whether this process is a Ray Train worker of a DDP trial.
         oom_param: The parameter halved on CUDA out-of-memory (``oom_backoff``).
         extra_metrics: Added to every report, e.g. ``{"batch_size_used": 32}``.
-        metric: The spec's metric; a NaN or inf value of it fails the trial.
+        metric: The spec's metric, or its objectives' metrics (a tuple); a NaN or inf value of
+            any of them fails the trial.
         checkpoint_frequency: Keep a checkpoint every this many reports.
         resume_checkpoint: For a DDP worker group restarted after an out-of-memory
             back-off: the newest checkpoint folder (path or URI) the previous group
@@ -76,7 +77,7 @@ class TrialOptions:
     distributed: bool = False
     oom_param: str | None = None
     extra_metrics: dict[str, Any] = field(default_factory=dict)
-    metric: str | None = None
+    metric: str | tuple[str, ...] | None = None
     checkpoint_frequency: int = 1
     resume_checkpoint: str | None = None
 
@@ -433,8 +434,8 @@ class NonFiniteMetricError(FloatingPointError):
     """The tuned metric was NaN or inf: the trial is failed, never the best."""
 
 
-def check_finite(metrics: Mapping[str, Any], name: str | None) -> None:
-    """Refuse a result whose tuned metric is NaN or infinite.
+def check_finite(metrics: Mapping[str, Any], name: str | Sequence[str] | None) -> None:
+    """Refuse a result whose tuned metric (any objective's) is NaN or infinite.
 
     Called on every result of every kind of trainable before it leaves the trial's
     process (``tuner.trial.report``, a raw ``ray.tune.report``, a class trainable's
@@ -442,17 +443,18 @@ def check_finite(metrics: Mapping[str, Any], name: str | None) -> None:
 
     Args:
         metrics: One result, metric name to value.
-        name: The spec's metric; None checks nothing.
+        name: The spec's metric, or the objectives' metrics; None checks nothing.
 
     Raises:
         NonFiniteMetricError: When ``metrics[name]`` is a number that is NaN or +-inf.
     """
-    value = metrics.get(name) if name else None
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(float(value)):
-        raise NonFiniteMetricError(
-            f"metric {name!r} is {float(value)}; a NaN or inf result fails the trial, so it is never the best "
-            "and never moves a scheduler's rung cutoffs (check the learning rate, or clip gradients)."
-        )
+    for one in ([name] if isinstance(name, str) else name or ()):
+        value = metrics.get(one)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(float(value)):
+            raise NonFiniteMetricError(
+                f"metric {one!r} is {float(value)}; a NaN or inf result fails the trial, so it is never the best "
+                "and never moves a scheduler's rung cutoffs (check the learning rate, or clip gradients)."
+            )
 
 
 def get_checkpoint() -> str | None:
