@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import tempfile
 from typing import Callable, Iterable
 
@@ -224,8 +225,9 @@ def fit(
     """Run the epoch loop of a train function: resume, train, validate, report.
 
     Resumes after the epoch stored in ``trial.get_checkpoint()``. Each epoch reports
-    ``val_loss``, ``val_accuracy``, ``train_loss`` and ``epoch`` (epochs completed)
-    with a checkpoint (written by the main process only). The RNG (shuffling, dropout)
+    ``val_loss``, ``val_accuracy``, ``train_loss``, ``epoch`` (epochs completed),
+    ``params_count`` (the model's trainable parameters) and ``epoch_time_s`` (seconds the
+    epoch's training and validation took: a cost objective beside accuracy), with a checkpoint (written by the main process only). The RNG (shuffling, dropout)
     is reseeded from ``(seed, epoch)`` at each epoch, so a resumed trial gives the same
     numbers as an uninterrupted one.
 
@@ -249,14 +251,18 @@ def fit(
                                              seed=seed, start_epoch=start)
     pin = trial.device().type == "cuda"
     val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE, pin_memory=pin)
+    params_count = sum(p.numel() for p in unwrap(model).parameters() if p.requires_grad)
     for epoch in range(start, epochs):
         torch.manual_seed(_epoch_seed(seed, epoch))
+        started = time.perf_counter()
         train_loss = train_epoch(model, train_loader, optimizer, prep)
         val_loss, val_accuracy = evaluate(model, val_loader, prep)
+        epoch_time_s = time.perf_counter() - started
         folder = save_checkpoint(model, optimizer, epoch + 1) if trial.is_main_process() else None
         try:
             trial.report(
-                {"val_loss": val_loss, "val_accuracy": val_accuracy, "train_loss": train_loss, "epoch": epoch + 1},
+                {"val_loss": val_loss, "val_accuracy": val_accuracy, "train_loss": train_loss, "epoch": epoch + 1,
+                 "params_count": params_count, "epoch_time_s": epoch_time_s},
                 checkpoint_dir=folder,
             )
         finally:  # Ray has copied the files by now

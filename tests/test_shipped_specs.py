@@ -40,6 +40,26 @@ def test_each_searcher_spec_runs(ray_local, tmp_path, name):
     assert 0 < s["best"]["metrics"]["val_loss"] < 2.3, "below the loss of a uniform guess, ln 10"
 
 
+def test_multiobjective_spec_runs_and_finds_a_front(ray_local, tmp_path):
+    """search_spaces/mnist_multiobjective.yaml runs as is (a small slice of the data): a Pareto front of
+    accuracy against the CNN's size, whose best trial (on val_accuracy) is results.csv's first row."""
+    import yaml
+
+    from tuner import tune_model
+
+    result = tune_model(ROOT / "search_spaces" / "mnist_multiobjective.yaml", storage=str(tmp_path), num_samples=3,
+                        param_space={"limit_train": 400, "limit_val": 200, "epochs": 2})
+    exp = next(tmp_path.iterdir())
+    s = summary(exp)
+    assert s["trials"]["by_status"] == {"TERMINATED": 3}
+    assert s["pareto_front"] and s["objectives"] == [{"metric": "val_accuracy", "mode": "max"},
+                                                     {"metric": "params_count", "mode": "min"}]
+    assert all(t["objectives"]["params_count"] > 0 for t in s["pareto_front"])
+    assert [t["trial_id"] for t in yaml.safe_load((exp / "pareto_configs.yaml").read_text())] == \
+        [t["trial_id"] for t in result.pareto_front]
+    assert_best_is_the_tables_best_row(exp, s)
+
+
 def assert_best_is_the_tables_best_row(exp, s):
     """summary.json's and best_config.yaml's best trial is results.csv's first row, whose val_accuracy is
     the highest; its config and metrics are that row's."""

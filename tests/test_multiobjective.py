@@ -1,0 +1,220 @@
+"""Several objectives and constraints: the Pareto front against a brute-force check, the hypervolume on
+known fronts, and end-to-end runs through the real Ray (Optuna's NSGA-II and multi-objective TPE with
+ASHA, random search with a Ray Tune trainable that reports several metrics, a resume that keeps the
+multi-objective study)."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pandas as pd
+import pytest
+import yaml
+
+from tuner.layout import PARETO_CONFIGS, RESULTS_CSV, SEARCHER_STATE, SUMMARY
+from tuner.pareto import hypervolume, hypervolume_history, pareto_front, reference_point
+from tuner.spec import load_spec
+from tuner.spec.sections import Constraint, Objective
+
+
+def _dominates(a: dict, b: dict, objectives: list[Objective]) -> bool:
+    better = [(a[o.metric] < b[o.metric]) if o.mode == "min" else (a[o.metric] > b[o.metric]) for o in objectives]
+    no_worse = [(a[o.metric] <= b[o.metric]) if o.mode == "min" else (a[o.metric] >= b[o.metric])
+                for o in objectives]
+    return all(no_worse) and any(better)
+
+
+def brute_force_front(rows: list[dict], objectives: list[Objective], constraints: list[Constraint]) -> list:
+    """The feasible, finished rows that no other such row dominates, by pairwise comparison."""
+    def ok(r: dict) -> bool:
+        return r["status"] != "ERROR" and all(
+            r.get(c.metric) is not None and (c.min is None or r[c.metric] >= c.min)
+            and (c.max is None or r[c.metric] <= c.max) for c in constraints)
+
+    pool = [r for r in rows if ok(r)]
+    return [r["trial_id"] for r in pool if not any(_dominates(o, r, objectives) for o in pool)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_front_is_the_brute_force_front(seed):
+    """Mixed modes, 2 and 3 objectives, ties, duplicates, errored and infeasible trials."""
+    rng = random.Random(seed)
+    objectives = [Objective(metric="a", mode="max"), Objective(metric="b", mode="min")]
+    if seed % 2:
+        objectives.append(Objective(metric="c", mode="max"))
+    constraints = [Constraint(metric="size", max=0.7)] if seed % 3 else []
+    rows = [{"trial_id": f"t{i:03d}", "status": rng.choice(["TERMINATED"] * 9 + ["ERROR"]),
+             "a": rng.randint(0, 6), "b": rng.randint(0, 6), "c": rng.randint(0, 3), "size": rng.random()}
+            for i in range(120)]
+    rows.append(dict(rows[0], trial_id="t999"))  # a duplicate of a trial: both on the front, or neither
+    front = pareto_front(rows, objectives, result=lambda r: r, status=lambda r: r["status"], constraints=constraints)
+    assert [r["trial_id"] for r in front] == brute_force_front(rows, objectives, constraints)
+    assert front, "a non-empty front"
+
+
+def test_a_trial_without_every_objective_is_not_on_the_front():
+    objectives = [Objective(metric="a", mode="min"), Objective(metric="b", mode="min")]
+    rows = [{"a": 0.0}, {"a": 1.0, "b": float("nan")}, {"a": 2.0, "b": 2.0}, {"a": "text", "b": 0.0}]
+    assert pareto_front(rows, objectives, result=lambda r: r, status=lambda r: "TERMINATED") == [rows[2]]
+
+
+def test_hypervolume_of_known_fronts():
+    two = [Objective(metric="f1", mode="min"), Objective(metric="f2", mode="min")]
+    # Three points of a staircase under the reference (4, 4): 3x1 + 2x1 + 1x1 = 6.
+    assert hypervolume([[1, 3], [2, 2], [3, 1]], two, [4, 4]) == pytest.approx(6.0)
+    assert hypervolume([[1, 3], [2, 2], [3, 1], [3, 3]], two, [4, 4]) == pytest.approx(6.0), "a dominated point adds 0"
+    assert hypervolume([[5, 5]], two, [4, 4]) == 0.0, "beyond the reference point"
+    mixed = [Objective(metric="acc", mode="max"), Objective(metric="cost", mode="min")]
+    assert hypervolume([[0.9, 1.0]], mixed, [0.5, 3.0]) == pytest.approx(0.4 * 2.0)
+    assert hypervolume_history([[2, 2], None, [1, 3], [3, 1]], two, [4, 4]) == pytest.approx([4.0, 4.0, 5.0, 6.0])
+    assert reference_point([[0.9, 1.0], [0.7, 3.0]], mixed) == pytest.approx([0.68, 3.2])
+
+
+def test_scheduler_objective_and_derived_fields():
+    spec = load_spec({"trainable": "a:b", "metric": ["acc", "cost"], "mode": ["max", "min"],
+                      "scheduler": {"type": "asha", "metric": "cost"}})
+    assert (spec.metric, spec.mode, spec.multi_objective) == ("acc", "max", True)
+    assert spec.scheduler_objective == Objective(metric="cost", mode="min")
+    assert [o.metric for o in spec.objectives] == ["acc", "cost"]
+    # The experiment's spec.yaml reads back as the same spec (derived fields are not written).
+    again = load_spec(spec.model_dump(mode="json", exclude_unset=True))
+    assert again.objectives == spec.objectives and again.scheduler_objective == spec.scheduler_objective
+    single = load_spec({"trainable": "a:b", "metric": "loss", "mode": "min"})
+    assert single.objectives == [Objective(metric="loss", mode="min")] and not single.multi_objective
+    assert "objectives" not in single.model_dump(exclude_unset=True)
+
+
+MO_SPEC = """\
+name: {name}
+trainable: tests.trainables:two_objectives
+metric: [f1, f2]
+mode: [min, min]
+constraints:
+  - {{metric: size, max: 0.8}}
+num_samples: {samples}
+seed: 3
+search: {search}
+scheduler: {{type: asha, max_t: 3, grace_period: 1, reduction_factor: 2}}
+param_space:
+  x: {{type: uniform, low: 0.0, high: 1.0}}
+  y: {{type: choice, values: [0.0, 0.5, 1.0]}}
+  epochs: 3
+"""
+
+
+def _rows(exp) -> list[dict]:
+    return pd.read_csv(exp / RESULTS_CSV).to_dict("records")
+
+
+@pytest.mark.slow
+def test_nsga2_with_asha_writes_the_feasible_front(ray_local, tmp_path):
+    """NSGA-II proposes, ASHA stops on f1; summary.json, results.csv, pareto_configs.yaml and the
+    TuneResult agree with a brute-force front over the trials' last results."""
+    from tuner import tune_model
+
+    spec = tmp_path / "mo.yaml"
+    spec.write_text(MO_SPEC.format(name="mo", samples=14, search="{algorithm: optuna, sampler: nsga2, "
+                                                                   "population_size: 6}"))
+    result = tune_model(spec, storage=str(tmp_path / "runs"))
+    exp = tmp_path / "runs" / "mo"
+    rows = _rows(exp)
+    assert len(rows) == 14 and {r["status"] for r in rows} == {"TERMINATED"}
+    assert any(r["training_iteration"] < 3 for r in rows), "ASHA stopped some trials early"
+    objectives = [Objective(metric="f1", mode="min"), Objective(metric="f2", mode="min")]
+    constraints = [Constraint(metric="size", max=0.8)]
+    expected = brute_force_front(rows, objectives, constraints)
+    assert sorted(r["trial_id"] for r in rows if r["pareto"]) == sorted(expected)
+    assert [r["feasible"] for r in rows] == [r["size"] <= 0.8 for r in rows]
+    assert any(not r["feasible"] for r in rows), "the space holds infeasible trials (x + y > 0.8)"
+    assert all(r["feasible"] for r in rows if r["pareto"]), "no infeasible trial on the front"
+    assert [r["pareto"] for r in rows] == sorted((r["pareto"] for r in rows), reverse=True), "the front first"
+    summary = (exp / SUMMARY).read_text()
+    front = result.pareto_front
+    assert sorted(t["trial_id"] for t in front) == sorted(expected)
+    assert set(front[0]) == {"trial_id", "config", "objectives", "checkpoint"}
+    assert '"pareto_front"' in summary and '"hypervolume"' in summary
+    assert result.summary["hypervolume"]["value"] > 0
+    saved = yaml.safe_load((exp / PARETO_CONFIGS).read_text())
+    assert [t["trial_id"] for t in saved] == [t["trial_id"] for t in front]
+    assert all(set(t["config"]) == {"x", "y", "epochs"} for t in saved)
+    # The best trial: on the front, the best f1 there.
+    on_front = [r for r in rows if r["pareto"]]
+    assert result.best_trial_id == min(on_front, key=lambda r: (r["f1"], r["trial_id"]))["trial_id"]
+
+
+@pytest.mark.slow
+def test_a_ray_tune_trainable_reporting_several_metrics_runs_unchanged(ray_local, tmp_path):
+    """A plain Ray Tune function (ray.tune.report of acc, cost, epoch), random search, two objectives."""
+    from tuner import tune_model
+
+    result = tune_model({"name": "raw", "trainable": "tests.trainables:raw_ray_two_objectives",
+                         "metric": ["acc", "cost"], "mode": ["max", "min"], "num_samples": 8, "seed": 1,
+                         "param_space": {"x": {"type": "uniform", "low": 0, "high": 1},
+                                         "y": {"type": "choice", "values": [0.0, 0.5]}}},
+                        storage=str(tmp_path / "runs"))
+    rows = _rows(tmp_path / "runs" / "raw")
+    expected = brute_force_front(rows, [Objective(metric="acc", mode="max"), Objective(metric="cost", mode="min")],
+                                 [])
+    assert sorted(t["trial_id"] for t in result.pareto_front) == sorted(expected)
+    assert {r["trial_id"] for r in rows if r["pareto"]} == set(expected)
+    assert "feasible" not in rows[0], "no constraints: no feasible column"
+
+
+def _study_trials(exp) -> tuple[int, int]:
+    """(trials, objectives) of the Optuna study in the experiment's saved searcher state."""
+    import optuna
+
+    state = sorted(exp.glob(SEARCHER_STATE.format("*")))[-1]  # the newest session's (its start time in the name)
+
+    def studies(obj, depth=0):
+        if isinstance(obj, optuna.study.Study):
+            yield obj
+        elif depth < 4 and isinstance(obj, dict):
+            for v in obj.values():
+                yield from studies(v, depth + 1)
+        elif depth < 4 and hasattr(obj, "__dict__"):
+            yield from studies(vars(obj), depth + 1)
+
+    [study] = {id(s): s for s in studies(pickle.loads(state.read_bytes()))}.values()
+    return len(study.trials), len(study.directions)
+
+
+@pytest.mark.slow
+def test_a_resume_keeps_the_multi_objective_study(ray_local, tmp_path):
+    """The run's 4 trials stay in the Optuna study when a resume adds 3: 7 trials, 2 directions (a study
+    rebuilt on resume would hold 3)."""
+    from tests.test_resume import resume_in_process, run_in_process
+
+    spec = tmp_path / "mo.yaml"
+    body = MO_SPEC.format(name="mo", samples=4, search="{algorithm: optuna, sampler: tpe, n_startup_trials: 2}")
+    spec.write_text(body)
+    run_in_process(spec, tmp_path / "runs")
+    exp = tmp_path / "runs" / "mo"
+    assert _study_trials(exp) == (4, 2)
+    spec.write_text(body.replace("num_samples: 4", "num_samples: 7"))
+    result = resume_in_process(exp)
+    assert result.num_errors == 0
+    assert _study_trials(exp) == (7, 2)
+    assert len(_rows(exp)) == 7 and result.pareto_front
+
+
+def test_a_nan_in_any_objective_fails_the_trial():
+    from tuner import trial
+
+    trial.check_finite({"acc": 0.9, "cost": 3.0}, ("acc", "cost"))
+    with pytest.raises(trial.NonFiniteMetricError, match="metric 'cost' is nan"):
+        trial.check_finite({"acc": 0.9, "cost": float("nan")}, ("acc", "cost"))
+
+
+def test_validate_prints_the_objectives_the_scheduler_metric_and_the_constraints(run_cli, tmp_path):
+    spec = tmp_path / "mo.yaml"
+    spec.write_text(MO_SPEC.format(name="mo", samples=4, search="{algorithm: optuna, sampler: nsga2}")
+                    .replace("reduction_factor: 2}", "reduction_factor: 2, metric: f2}"))
+    proc = run_cli("validate", spec)
+    assert proc.returncode == 0, proc.stderr
+    assert ("objectives: f1 (min), f2 (min): the result is the Pareto front of the feasible trials (summary.json, "
+            "pareto_configs.yaml); best_config is the front's best on f1\n"
+            "            scheduler asha compares trials by f2 (min) only (scheduler.metric)\n"
+            "constraint: size <= 0.8 (an infeasible trial is never the best nor on the front)\n") in proc.stdout
+    assert "searcher:   optuna (NSGA-II sampler, 2 objectives, 1 constraint(s))" in proc.stdout
