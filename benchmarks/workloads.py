@@ -24,6 +24,9 @@ function by its module name: run the benchmarks from the repository root.
     height in [-100, 100], minimised). Minimum at step 99, width 20, height -100:
     1 / 19.9 - 10 = -9.949749.
 
+* :func:`zdt1_objective`: ZDT1 (two objectives) as a multi-fidelity learning curve
+  (:func:`zdt1_fidelity`), for the multi-objective benchmark.
+
 Every objective is cheap and sleeps nowhere; the value at step t is a pure function of
 the config and t, so a paused and resumed trial (Hyperband, BOHB) continues from the
 step in its checkpoint and sees the same values.
@@ -253,18 +256,22 @@ class BudgetExhausted(RuntimeError):
     """
 
 
-def _charge(path: str, budget: int, trial_id: str, step: int, value: float, true_value: float) -> int:
+def _charge(path: str, budget: int, trial_id: str, step: int, *values: float, record_bytes: int = RECORD_BYTES) -> int:
     """Append one step's record to the experiment's budget file; return its rank (1-based).
 
-    ``O_APPEND`` writes of one short record are atomic, so the file is the global,
-    ordered log of every step any trial ran. Raises BudgetExhausted past ``budget``.
+    The record is ``trial_id step value...`` (the reported value and the true value, or
+    more), padded to ``record_bytes``. ``O_APPEND`` writes of one short record are atomic,
+    so the file is the global, ordered log of every step any trial ran. Raises
+    BudgetExhausted past ``budget``.
     """
-    line = f"{trial_id} {step} {value!r} {true_value!r}".encode()
-    line = line[:RECORD_BYTES - 1].ljust(RECORD_BYTES - 1) + b"\n"
+    line = " ".join([trial_id, str(step), *(repr(float(v)) for v in values)]).encode()
+    if len(line) >= record_bytes:
+        raise ValueError(f"a budget record of {len(line)} bytes does not fit in {record_bytes}")
+    line = line.ljust(record_bytes - 1) + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
-        rank = os.lseek(fd, 0, os.SEEK_CUR) // RECORD_BYTES
+        rank = os.lseek(fd, 0, os.SEEK_CUR) // record_bytes
     finally:
         os.close(fd)
     if rank > budget:
@@ -380,6 +387,114 @@ def read_budget_file(path: str) -> list[tuple[str, int, float, float]]:
     for i in range(len(data) // RECORD_BYTES):
         trial_id, step, value, true_value = data[i * RECORD_BYTES:(i + 1) * RECORD_BYTES].decode().split()
         out.append((trial_id, int(step), float(value), float(true_value)))
+    return out
+
+
+# --------------------------------------------------------------------------- ZDT1, two objectives
+
+#: ZDT1's decision variables (Zitzler, Deb & Thiele 2000 use 30; 6 keep the benchmark short).
+ZDT1_N = 6
+#: Fidelity steps of a ZDT1 trial (epochs); at ZDT1_MAX_T it reports the true ZDT1.
+ZDT1_MAX_T = 9
+#: The low-fidelity error of g at step 1: ``ZDT1_BIAS * (g - 1) + ZDT1_NOISE * |N(0, 1)|``.
+ZDT1_BIAS = 1.0
+ZDT1_NOISE = 1.0
+#: The hypervolume reference point (f1, f2): the worst values of ZDT1's objective space
+#: (f1 = x1 <= 1, f2 <= g <= 10) moved 10 % of their range further out, the margin of
+#: ``tuner.pareto.reference_point``; every configuration lies inside it.
+ZDT1_REFERENCE = (1.1, 11.0)
+#: The hypervolume of ZDT1's true front (f2 = 1 - sqrt(f1), f1 in [0, 1]) up to ZDT1_REFERENCE:
+#: the box 1.1 x 11 less the area under the front, 1/3.
+ZDT1_MAX_HYPERVOLUME = 1.1 * 11.0 - 1.0 / 3.0
+ZDT1_RECORD_BYTES = 160  # trial_id step f1 f2 true_f1 true_f2
+
+
+def zdt1(xs) -> tuple[float, float]:
+    """ZDT1 (Zitzler, Deb & Thiele, "Comparison of Multiobjective Evolutionary Algorithms:
+    Empirical Results", Evolutionary Computation 8(2), 2000), both objectives minimised.
+
+    ``f1 = x1``, ``g = 1 + 9 / (n - 1) * sum(x2..xn)``, ``f2 = g * (1 - sqrt(f1 / g))``,
+    each x in [0, 1]. The Pareto front is g = 1 (x2..xn = 0): ``f2 = 1 - sqrt(f1)``.
+
+    Args:
+        xs: The n >= 2 decision variables, each in [0, 1].
+
+    Returns:
+        ``(f1, f2)``.
+    """
+    xs = [float(v) for v in xs]
+    g = 1.0 + 9.0 / (len(xs) - 1) * sum(xs[1:])
+    return xs[0], _zdt1_f2(xs[0], g)
+
+
+def _zdt1_f2(f1: float, g: float) -> float:
+    return g * (1.0 - math.sqrt(f1 / g))
+
+
+def zdt1_fidelity(xs, t: int, *, max_t: int = ZDT1_MAX_T, bias: float = ZDT1_BIAS, noise: float = ZDT1_NOISE,
+                  seed: int = 0) -> tuple[float, float]:
+    """ZDT1 at fidelity step ``t`` (1..max_t): a learning curve that ends at the true ZDT1.
+
+    ``f1 = x1`` at every step (a cost known before training, like a model's size); ``f2`` is
+    ZDT1's with ``g`` replaced by ``g_t = g + (1 - s) * (bias * (g - 1) + noise * |z|)``, where
+    ``s = log t / log max_t`` (0 at step 1, 1 at max_t, as mf-prior-bench's MF-Hartmann) and ``z``
+    is one standard normal draw per configuration and seed. So ``f2`` falls with every step, a
+    low fidelity never looks better than the truth (``g_t >= g``, and ``f2`` grows with ``g``),
+    and the noise reorders configurations at low fidelity: the first steps predict the last, but
+    not exactly.
+
+    Args:
+        xs: The decision variables, each in [0, 1].
+        t: The step, 1..max_t.
+        max_t: The last step, where the values are the true ZDT1.
+        bias: The relative error of ``g - 1`` at step 1.
+        noise: The scale of the per-configuration error at step 1.
+        seed: Seeds ``z`` together with the configuration.
+
+    Returns:
+        ``(f1, f2)`` at step ``t``.
+    """
+    xs = tuple(float(v) for v in xs)
+    f1, _ = zdt1(xs)
+    g = 1.0 + 9.0 / (len(xs) - 1) * sum(xs[1:])
+    s = math.log(t) / math.log(max_t) if max_t > 1 else 1.0
+    z = abs(float(np.random.default_rng(_config_seed(xs, seed)).normal()))
+    g_t = g + (1.0 - s) * (bias * (g - 1.0) + noise * z)
+    return f1, _zdt1_f2(f1, g_t)
+
+
+def zdt1_objective(config: dict) -> None:
+    """One trial of multi-fidelity ZDT1 (:func:`zdt1_fidelity`): one report of ``f1`` and ``f2``
+    per step, ``config["max_t"]`` steps, each charged against the experiment's budget.
+
+    ``config`` holds ``x1`` .. ``xn``, ``max_t``, ``seed``, ``budget_file`` and ``budget`` (the
+    experiment's iterations). Each step's record holds the reported values and the true ZDT1 of
+    the configuration, so the benchmark can re-evaluate a front at full fidelity from the log.
+    """
+    from ray import tune
+
+    n = sum(1 for k in config if k[:1] == "x" and k[1:].isdigit())
+    xs = [float(config[f"x{i}"]) for i in range(1, n + 1)]
+    max_t, seed = int(config.get("max_t", ZDT1_MAX_T)), int(config.get("seed", 0))
+    true_f1, true_f2 = zdt1(xs)
+    trial_id = tune.get_context().get_trial_id()
+    for t in range(1, max_t + 1):
+        f1, f2 = zdt1_fidelity(xs, t, max_t=max_t, seed=seed)
+        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, f1, f2, true_f1, true_f2,
+                       record_bytes=ZDT1_RECORD_BYTES)
+        tune.report({"f1": f1, "f2": f2, "budget_used": rank, "step": t})
+
+
+def read_budget_records(path: str, record_bytes: int) -> list[tuple[str, int, list[float]]]:
+    """The steps of an experiment in the order they ran: ``(trial_id, step, [values...])``."""
+    out = []
+    try:
+        data = open(path, "rb").read()
+    except OSError:
+        return out
+    for i in range(len(data) // record_bytes):
+        trial_id, step, *values = data[i * record_bytes:(i + 1) * record_bytes].decode().split()
+        out.append((trial_id, int(step), [float(v) for v in values]))
     return out
 
 

@@ -161,3 +161,63 @@ def test_pbt_benchmark_writes_every_method(tmp_path):
     for method in ("random+fifo", "random+asha", "pbt", "pb2"):
         rows = _table_rows(text, method + " |")
         assert len(rows) == 1 and len(_numbers(rows[0])) >= 3, (method, text)
+
+
+def test_zdt1_fidelities_end_at_the_true_function():
+    """ZDT1's front is f2 = 1 - sqrt(f1); the low fidelities only overstate f2, less with every step."""
+    from benchmarks.workloads import ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_REFERENCE, zdt1, zdt1_fidelity
+    from tuner.pareto import hypervolume
+
+    assert zdt1([0.25, 0, 0, 0, 0, 0]) == (0.25, pytest.approx(0.5))
+    assert zdt1([1.0] * 6) == (1.0, pytest.approx(10 - math.sqrt(10)))
+    xs = [0.3, 0.2, 0.1, 0.4, 0.5, 0.2]
+    curve = [zdt1_fidelity(xs, t, seed=3) for t in range(1, ZDT1_MAX_T + 1)]
+    assert {f1 for f1, _ in curve} == {0.3}
+    f2s = [f2 for _, f2 in curve]
+    assert f2s == sorted(f2s, reverse=True) and f2s[0] > f2s[-1] == pytest.approx(zdt1(xs)[1])
+    assert curve != [zdt1_fidelity(xs, t, seed=4) for t in range(1, ZDT1_MAX_T + 1)]  # the noise is seeded
+    # The constant is the hypervolume of the true front (sampled densely) up to the reference point.
+    front = [zdt1([i / 4000] + [0.0] * 5) for i in range(4001)]
+    assert hypervolume(front, [("f1", "min"), ("f2", "min")], ZDT1_REFERENCE) == pytest.approx(
+        ZDT1_MAX_HYPERVOLUME, abs=1e-3)
+
+
+def test_multiobjective_score_reevaluates_tuners_front():
+    from benchmarks.multiobjective import score
+    from benchmarks.workloads import ZDT1_MAX_HYPERVOLUME, ZDT1_REFERENCE
+    from tuner.pareto import hypervolume
+
+    # (trial, step, reported f1, f2, true f1, f2); budget 5, max_t 3.
+    records = [("a", 1, 0.2, 9.0, 0.2, 3.0), ("b", 1, 0.5, 2.0, 0.5, 1.0), ("a", 2, 0.2, 6.0, 0.2, 3.0),
+               ("c", 1, 0.1, 9.5, 0.1, 9.4), ("a", 3, 0.2, 3.0, 0.2, 3.0),
+               ("c", 2, 0.1, 0.1, 0.1, 0.1)]  # past the budget: c errored, off the front
+    s = score(records, budget=5, max_t=3)
+    assert s["front"] == ["a", "b"] and s["below_max_t"] == 1  # b was stopped at step 1: re-evaluated
+    assert s["iterations"] == 5 and s["trials"] == 3
+    objectives = [("f1", "min"), ("f2", "min")]
+    expected = hypervolume([(0.2, 3.0), (0.5, 1.0)], objectives, ZDT1_REFERENCE)
+    assert s["hypervolume"] == pytest.approx(expected) and s["gap"] == pytest.approx(ZDT1_MAX_HYPERVOLUME - expected)
+    # Stopped after 2 iterations: a and b at step 1, neither dominating the other.
+    early = score(records, budget=5, max_t=3, upto=2)
+    assert early["front"] == ["a", "b"] and early["iterations"] == 2 and early["below_max_t"] == 2
+
+
+@pytest.mark.slow
+def test_multiobjective_benchmark_writes_its_table_and_plot(tmp_path):
+    out = tmp_path / "bench.md"
+    img = tmp_path / "img"
+    methods = ("random", "tpe+asha[f2]")  # random search; Optuna's multi-objective TPE with ASHA on the second
+    _bench("benchmarks/multiobjective.py", "--seeds", "1", "--budget", "27", "--methods", ",".join(methods),
+           "--output", out, "--img-dir", img)
+    text = out.read_text()
+    assert "## Several objectives: ZDT1" in text and "Machine: " in text
+    for method in methods:
+        (row,) = _table_rows(text, method + " |")
+        numbers = _numbers(row)
+        assert len(numbers) >= 7 and 0 < numbers[0] < 11.77, row  # the gap is positive and below the maximum
+    assert "Ranking by median gap" in text
+    # The front scored from the step log is the one tuner returns (TuneResult.pareto_front).
+    assert re.search(r"Cross-check: in (\d+) of \1 experiments", text), text
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    assert (img / "multiobjective_zdt1.png").stat().st_size > 0
