@@ -19,6 +19,17 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 IMG = ROOT / "docs" / "img"
 
 
+def start_local_ray(num_cpus: int) -> None:
+    """Start the benchmark's own local Ray, as the tests' ``ray_local`` fixture does: ``num_cpus`` CPUs,
+    no dashboard, the workers' output kept off the console, this checkout on the workers' path, and
+    Ray's classic table output (``RAY_AIR_NEW_OUTPUT=0``). The caller shuts it down (``ray.shutdown()``)."""
+    import ray
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+
+
 def cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import ROOT, load_average, machine_line, write_section  # noqa: E402
+from benchmarks._common import ROOT, load_average, machine_line, start_local_ray, write_section  # noqa: E402
 
 HEADING = "A real training run: MNIST CNN, ASHA against FIFO (`benchmarks/mnist_schedulers.py`)"
 BASE_SPEC = ROOT / "search_spaces" / "mnist_asha.yaml"
@@ -86,10 +85,8 @@ def main(argv=None) -> None:
 
     import ray
 
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     load_before = load_average()
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    start_local_ray(args.num_cpus)
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="tuner-bench-mnist-") as tmp:

@@ -53,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import IMG, ROOT, have_matplotlib, load_average, machine_line, write_section
+from benchmarks._common import IMG, ROOT, have_matplotlib, load_average, machine_line, start_local_ray, write_section
 from benchmarks.workloads import (
     ZDT1_BIAS, ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_N, ZDT1_NOISE, ZDT1_RECORD_BYTES, ZDT1_REFERENCE,
     read_budget_records)
@@ -178,10 +178,8 @@ def _quartiles(xs) -> tuple[float, float, float]:
 def _run_all(args, methods) -> tuple[list[dict], float]:
     import ray
 
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     started = time.perf_counter()
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    start_local_ray(args.num_cpus)
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="tuner-bench-mo-") as tmp:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import ROOT, load_average, machine_line, write_section
+from benchmarks._common import load_average, machine_line, start_local_ray, write_section
 from benchmarks.workloads import (
     SCHEDULE_LR_BOUNDS, read_budget_file, schedule_optimal_lr, schedule_step)
 
@@ -148,11 +147,9 @@ def main(argv=None) -> None:
 
     from benchmarks._common import code_version
 
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     load_before = load_average()
     started = time.perf_counter()
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    start_local_ray(args.num_cpus)
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="tuner-bench-pbt-") as tmp:

@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (  # noqa: E402
-    IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, write_section)
+    IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, start_local_ray, write_section)
 from benchmarks.workloads import OBJECTIVES, read_budget_file  # noqa: E402
 
 HEADING = "Search efficiency: what the schedulers buy (`benchmarks/search_efficiency.py`)"
@@ -155,10 +155,8 @@ def _run_all(args, objectives, methods) -> tuple[list[dict], float]:
     """Every (objective, seed, method) experiment on one local Ray; returns the runs and the seconds."""
     import ray
 
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     started = time.perf_counter()
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    start_local_ray(args.num_cpus)
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="tuner-bench-search-") as tmp:

@@ -65,9 +65,9 @@ def main(argv=None) -> None:
 
     import ray
 
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    from benchmarks._common import start_local_ray
+
+    start_local_ray(args.num_cpus)
     configs = [
         ("single process, 1 CPU", {"cpu": 1}, False),
         ("single process, 1 CPU", {"cpu": 1}, True),
