@@ -137,6 +137,8 @@ def _built_searcher(algo):
 
 # The attribute of the built Ray (or Optuna, hpbandster) object that holds each documented option.
 SEARCHER_OPTIONS = {
+    ("optuna", "sampler"): lambda s: {"TPESampler": "tpe", "NSGAIISampler": "nsga2",
+                                      "NSGAIIISampler": "nsga3"}[type(s._sampler).__name__],
     ("optuna", "n_startup_trials"): lambda s: s._sampler._n_startup_trials,
     ("optuna", "multivariate"): lambda s: s._sampler._multivariate,
     ("bohb", "top_n_percent"): lambda b: b.top_n_percent,
