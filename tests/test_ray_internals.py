@@ -215,6 +215,7 @@ ROUTED = {
     "TBXLoggerHooks": ("tuner.reporting.HParamsTBXCallback", ("log_hparams",)),
     "WandbLoggerHooks": ("tuner.reporting.WandbCallback", ("init_kwargs", "actor_env")),
     "PBTCloneSourceHooks": ("tuner.algorithms._PopulationBasedTraining", ()),
+    "StagedResultFileHooks": ("tuner.reporting.JsonLogger", ()),
 }
 
 INTERNALS = [
@@ -415,6 +416,18 @@ INTERNALS = [
     Internal("ray.tune.progress_reporter.TuneReporterBase.should_report",
              "tuner/reporting.py: TableReporter.setup (the first table one period after the start)",
              source_has("self._last_report_time"), via="CLIReporterHooks"),
+    Internal("ray.tune.logger.logger.LoggerCallback._restore_from_remote",
+             "tuner/reporting.py: JsonLogger, CsvLogger (a trial's file is copied from the storage once a run)",
+             all_of(params("file_name", "trial"), source_has("if not trial.checkpoint:", "pyarrow.fs.copy_files(")),
+             via="StagedResultFileHooks"),
+    Internal("ray.tune.logger.JsonLoggerCallback", "tuner/reporting.py: JsonLogger",
+             all_of(_mixin_fits("StagedResultFileHooks"),
+                    _called(lambda cls: cls.log_trial_start, source_has("self._restore_from_remote(EXPR_RESULT_FILE, "))),
+             via="StagedResultFileHooks"),
+    Internal("ray.tune.logger.CSVLoggerCallback", "tuner/reporting.py: CsvLogger",
+             all_of(_mixin_fits("StagedResultFileHooks"),
+                    _called(lambda cls: cls._setup_trial, source_has("self._restore_from_remote(EXPR_PROGRESS_FILE, "))),
+             via="StagedResultFileHooks"),
     Internal("ray.tune.logger.TBXLoggerCallback", "tuner/reporting.py: HParamsTBXCallback",
              all_of(_mixin_fits("TBXLoggerHooks", *ROUTED["TBXLoggerHooks"][1]),
                     _called(_tbx_callback, attrs("_trial_result", "_trial_writer")),

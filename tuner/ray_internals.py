@@ -40,7 +40,7 @@ __all__ = [
     # the order Ray created the trials in (tuner report's hypervolume against trial count)
     "saved_trial_creation_index",
     # reporters and logger callbacks: Ray's private hooks under tuner's names
-    "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks",
+    "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks", "StagedResultFileHooks",
     # the Ray process, the cluster and its jobs
     "ray_started_here", "nvidia_gpu_count", "refresh_auth_mode", "LOCAL_RAY_SYSTEM_CONFIG", "local_ray_options",
     "HEAD_RESOURCE", "RAY_JOB_CONFIG", "JOBS_CLIENT_LOGGERS",
@@ -740,6 +740,38 @@ class WandbLoggerHooks:
                 num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": self.actor_env()},
                 max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)
         return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)
+
+
+class StagedResultFileHooks:
+    """Mixin before Ray's ``JsonLoggerCallback`` or ``CSVLoggerCallback``: the driver's copy of a
+    trial's ``result.json`` / ``progress.csv`` is the one it goes on writing, within a run.
+
+    Ray 2.60's loggers write these files in the driver's staging folder, which Ray copies to the
+    storage every ``TUNE_GLOBAL_CHECKPOINT_S`` (2 s under tuner) or so; and
+    ``LoggerCallback._restore_from_remote(file_name, trial)`` copies the storage's copy back over
+    the staging one, if the trial has a checkpoint, each time the logger (re)opens the file:
+    ``JsonLoggerCallback.log_trial_start`` (every start of a trial, an unpause too) and
+    ``CSVLoggerCallback._setup_trial`` (the first result after the file was closed, e.g. after a
+    failed trial's restart). That copy is for a resumed experiment, whose driver starts with no
+    staging copy (Ray PR 38598). In the run itself it is a race: a trial that Hyperband paused and
+    resumed, or a failed trial restarted from its checkpoint, lost the results it had reported
+    since the last copy to the storage (seen: a Hyperband trial's ``result.json`` without its first
+    3 results, in 2 runs of 80).
+
+    Here Ray's copy runs only the first time this callback opens a trial's file; after that the
+    staging copy is this callback's own and the newest, and it is kept. The record of opened files
+    is not pickled, so a callback restored with the experiment copies again.
+    """
+
+    def _restore_from_remote(self, file_name: str, trial) -> None:
+        opened = self.__dict__.setdefault("_tuner_opened", set())
+        if (file_name, trial.trial_id) in opened:
+            return
+        opened.add((file_name, trial.trial_id))
+        super()._restore_from_remote(file_name, trial)  # type: ignore[misc]  # a mixin before Ray's logger
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k != "_tuner_opened"}
 
 
 # --------------------------------------------------------------------------- the Ray process and the cluster

@@ -40,12 +40,13 @@ from tuner.best import best as best_of, metric_value
 from tuner.files import disk_full
 from tuner.layout import HPARAMS_EVENTS_PREFIX, HPARAMS_EVENTS_SUFFIX, RUN_RECORD
 from tuner.params import RAY_RESULT_KEYS, distributions, flatten, sampled_params
-from tuner.ray_internals import CLIReporterHooks, TBXLoggerHooks, experiment_fs_path
+from tuner.ray_internals import CLIReporterHooks, StagedResultFileHooks, TBXLoggerHooks, experiment_fs_path
 from tuner.space import plain
 from tuner.spec import Spec
 
 __all__ = ["prepare_console", "build_reporter", "build_callbacks", "log_to_file", "tensorboard_hint",
            "TableReporter", "ProgressLine", "progress_line", "best_trial", "last_value", "HParamsTBXCallback",
+           "JsonLogger", "CsvLogger",
            "DiskFullWatch", "StopOnFullDisk"]
 
 _QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray.data")
@@ -245,6 +246,16 @@ def import_tensorboardx_without_torch() -> None:
             del sys.modules["torch"]
 
 
+class JsonLogger(StagedResultFileHooks, JsonLoggerCallback):
+    """Ray's ``JsonLoggerCallback`` (each trial's ``result.json``), which keeps a paused or restarted
+    trial's earlier results (see :class:`tuner.ray_internals.StagedResultFileHooks`)."""
+
+
+class CsvLogger(StagedResultFileHooks, CSVLoggerCallback):
+    """Ray's ``CSVLoggerCallback`` (each trial's ``progress.csv``), which keeps a restarted trial's
+    earlier rows (see :class:`tuner.ray_internals.StagedResultFileHooks`)."""
+
+
 def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None) -> list:
     """Ray callbacks for the spec's ``reporting`` section.
 
@@ -262,7 +273,7 @@ def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None
         The callbacks, for ``RunConfig(callbacks=...)``.
     """
     rep = spec.reporting
-    callbacks: list = [JsonLoggerCallback(), CSVLoggerCallback()]
+    callbacks: list = [JsonLogger(), CsvLogger()]
     if rep.tensorboard:
         import_tensorboardx_without_torch()
         callbacks.append(HParamsTBXCallback(spec, experiment_path))
