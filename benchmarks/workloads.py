@@ -380,13 +380,9 @@ def schedule_objective(config: dict) -> None:
 def read_budget_file(path: str) -> list[tuple[str, int, float, float]]:
     """The steps of an experiment in the order they ran: ``(trial_id, step, value, true_value)``."""
     out = []
-    try:
-        data = open(path, "rb").read()
-    except OSError:
-        return out
-    for i in range(len(data) // RECORD_BYTES):
-        trial_id, step, value, true_value = data[i * RECORD_BYTES:(i + 1) * RECORD_BYTES].decode().split()
-        out.append((trial_id, int(step), float(value), float(true_value)))
+    for trial_id, step, values in read_budget_records(path, RECORD_BYTES):
+        value, true_value = values
+        out.append((trial_id, step, value, true_value))
     return out
 
 

@@ -8,7 +8,8 @@ with the smaller id wins (ids count up as trials are created).
 Trials are ranked the same way, best first: the trials with a result (not errored,
 feasible, a finite value) by their value, then every other trial (errored, infeasible,
 or without a finite value) by id. With several objectives the metric is the first
-objective, and the candidates are the Pareto front's trials (:mod:`tuner.results`).
+objective, the Pareto front's trials (:mod:`tuner.pareto`) come first, and only they can
+be the best.
 
 Pure Python, no Ray import: ``tuner report`` reads experiment folders without Ray.
 """
@@ -22,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from tuner.params import NAME_SEP
 
-__all__ = ["ERROR", "metric_value", "is_finite_number", "nan_to_none", "has_result", "best_reported", "rank_key",
-           "ranked", "best"]
+__all__ = ["ERROR", "metric_value", "is_finite_number", "nan_to_none", "has_result", "is_candidate", "best_reported",
+           "rank_key", "ranked", "best"]
 
 ERROR = "ERROR"  # Ray Tune's status of a trial that errored
 
@@ -87,7 +88,21 @@ def best_reported(values: Iterable[Any], mode: str | None) -> float:
     return min(finite) if mode == "min" else max(finite)
 
 
-def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "", feasible: bool = True) -> tuple:
+def is_candidate(value: Any, status: str | None, feasible: bool = True, on_front: bool = True) -> bool:
+    """Whether a trial can be the best: it has a result (:func:`has_result`), it is feasible, and,
+    with several objectives, it is on the Pareto front.
+
+    Args:
+        value: The trial's last reported value of the metric.
+        status: The trial's status.
+        feasible: Whether the trial meets the spec's constraints (:func:`tuner.pareto.feasible`).
+        on_front: Several objectives: whether the trial is on the Pareto front; True otherwise.
+    """
+    return feasible and on_front and has_result(value, status)
+
+
+def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "", feasible: bool = True,
+             on_front: bool = True) -> tuple:
     """The sort key of a trial, best first (see the module's rule).
 
     Args:
@@ -96,15 +111,18 @@ def rank_key(value: Any, status: str | None, mode: str | None, trial_id: Any = "
         mode: ``min`` or ``max``.
         trial_id: The trial's id, for ties and for the order of the trials without a result.
         feasible: Whether the trial meets the spec's constraints (:func:`tuner.pareto.feasible`).
+        on_front: Several objectives: whether the trial is on the Pareto front (the front's trials
+            come first); True otherwise.
     """
     tie = "" if trial_id is None else str(trial_id)
     if feasible and has_result(value, status):
-        return (0, float(value) if mode == "min" else -float(value), tie)
-    return (1, 0.0, tie)
+        return (not on_front, 0, float(value) if mode == "min" else -float(value), tie)
+    return (not on_front, 1, 0.0, tie)
 
 
 def ranked(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], status: Callable[[T], Any],
-           trial_id: Callable[[T], Any], feasible: Callable[[T], bool] | None = None) -> list[T]:
+           trial_id: Callable[[T], Any], feasible: Callable[[T], bool] | None = None,
+           on_front: Callable[[T], bool] | None = None) -> list[T]:
     """The items (trials, rows, results) sorted best first.
 
     Args:
@@ -114,21 +132,27 @@ def ranked(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], s
         status: The item's status (``ERROR`` for a trial that errored).
         trial_id: The item's trial id.
         feasible: Whether the item meets the spec's constraints; None: every item does.
+        on_front: Several objectives: whether the item is on the Pareto front; None: one objective.
 
     Returns:
-        A new list: the trials with a result by their value, best first, then the others by id.
+        A new list: the front's trials first (several objectives); within that, the trials with
+        a result by their value, best first, then the others by id.
     """
     ok = feasible or (lambda item: True)
-    return sorted(items, key=lambda item: rank_key(value(item), status(item), mode, trial_id(item), ok(item)))
+    front = on_front or (lambda item: True)
+    return sorted(items, key=lambda item: rank_key(value(item), status(item), mode, trial_id(item), ok(item),
+                                                   front(item)))
 
 
 def best(items: Iterable[T], mode: str | None, *, value: Callable[[T], Any], status: Callable[[T], Any],
-         trial_id: Callable[[T], Any], feasible: Callable[[T], bool] | None = None) -> T | None:
-    """The best item by the rule of this module, or None when no trial has a result.
+         trial_id: Callable[[T], Any], feasible: Callable[[T], bool] | None = None,
+         on_front: Callable[[T], bool] | None = None) -> T | None:
+    """The best item by the rule of this module, or None when no trial can be the best (:func:`is_candidate`).
 
     Args: as :func:`ranked`.
     """
-    order = ranked(items, mode, value=value, status=status, trial_id=trial_id, feasible=feasible)
-    if order and has_result(value(order[0]), status(order[0])) and (feasible is None or feasible(order[0])):
+    order = ranked(items, mode, value=value, status=status, trial_id=trial_id, feasible=feasible, on_front=on_front)
+    if order and is_candidate(value(order[0]), status(order[0]), feasible is None or feasible(order[0]),
+                              on_front is None or on_front(order[0])):
         return order[0]
     return None

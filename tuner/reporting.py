@@ -40,6 +40,7 @@ from tuner.best import best as best_of, metric_value
 from tuner.files import disk_full
 from tuner.layout import HPARAMS_EVENTS_PREFIX, HPARAMS_EVENTS_SUFFIX, RUN_RECORD
 from tuner.params import RAY_RESULT_KEYS, distributions, flatten, sampled_params
+from tuner.pareto import feasible
 from tuner.ray_internals import CLIReporterHooks, StagedResultFileHooks, TBXLoggerHooks, experiment_fs_path
 from tuner.space import plain
 from tuner.spec import Spec
@@ -121,6 +122,7 @@ class BestRule:
         self.metric, self.mode = metric, mode
         self.objectives = list(objectives or [])
         self.constraints = list(constraints or [])
+        self._front: tuple[tuple, list] | None = None  # the last answer of front(), by the results it came from
 
     @classmethod
     def of(cls, spec: Spec) -> BestRule:
@@ -128,19 +130,24 @@ class BestRule:
         return cls(spec.metric, spec.mode, spec.objectives, spec.constraints)
 
     def front(self, trials: list) -> list | None:
-        """The Pareto front of Ray ``Trial`` objects (their last results); None for one objective."""
+        """The Pareto front of Ray ``Trial`` objects (their last results); None for one objective.
+
+        The table and the progress line of one report ask for the same trials' front: it is
+        computed once for them."""
         if len(self.objectives) < 2:
             return None
-        from tuner.pareto import pareto_front
+        key = tuple((t.trial_id, str(t.status), id(t.last_result)) for t in trials)
+        if self._front is None or self._front[0] != key:
+            from tuner.pareto import pareto_front
 
-        return pareto_front(trials, self.objectives, result=lambda t: t.last_result, status=lambda t: t.status,
-                            constraints=self.constraints)
+            self._front = (key, pareto_front(trials, self.objectives, result=lambda t: t.last_result,
+                                             status=lambda t: t.status, constraints=self.constraints))
+        return self._front[1]
 
-    def best(self, trials: list, front: list | None = None):
-        """The best of Ray ``Trial`` objects so far, or None; ``front``: :meth:`front`'s answer, if known."""
-        if len(self.objectives) > 1:
-            trials = self.front(trials) if front is None else front
-        return best_trial(trials, self.metric, self.mode, self.constraints)
+    def best(self, trials: list):
+        """The best of Ray ``Trial`` objects so far, or None."""
+        front = self.front(trials)
+        return best_trial(trials, self.metric, self.mode, self.constraints, front)
 
 
 class TableReporter(CLIReporterHooks, CLIReporter):
@@ -570,7 +577,8 @@ def last_value(metric: str, value: Any) -> str:
     return f"last {metric}={shown}"
 
 
-def best_trial(trials: list, metric: str | None, mode: str | None, constraints: list | None = None):
+def best_trial(trials: list, metric: str | None, mode: str | None, constraints: list | None = None,
+               front: list | None = None):
     """The best of Ray ``Trial`` objects so far, by :mod:`tuner.best`'s rule (their last results).
 
     Args:
@@ -578,17 +586,18 @@ def best_trial(trials: list, metric: str | None, mode: str | None, constraints: 
         metric: The metric, or None.
         mode: ``min`` or ``max``.
         constraints: The spec's constraints: only a feasible trial can be the best.
+        front: Several objectives: the Pareto front's trials, the only ones that can be the best.
 
     Returns:
         The trial, or None (no metric, or no feasible trial with a finite last value that did not error).
     """
     if not metric:
         return None
-    from tuner.pareto import feasible
-
+    on_front = None if front is None else {t.trial_id for t in front}
     return best_of(trials, mode, value=lambda t: metric_value(t.last_result, metric),
                    status=lambda t: t.status, trial_id=lambda t: t.trial_id,
-                   feasible=(lambda t: feasible(t.last_result, constraints)) if constraints else None)
+                   feasible=(lambda t: feasible(t.last_result, constraints)) if constraints else None,
+                   on_front=None if on_front is None else lambda t: t.trial_id in on_front)
 
 
 class ProgressLine:
@@ -626,7 +635,7 @@ class ProgressLine:
         done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
         rule = getattr(self, "rule", None) or BestRule(self.metric, self.mode)  # a restored older one has none
         front = rule.front(trials)
-        top = rule.best(trials, front)
+        top = rule.best(trials)
         value = metric_value(top.last_result, self.metric) if top is not None else None
         used, budget = self._budget(trials)
         return progress_line(done, max(total, len(trials)), statuses.count("ERROR"), used, budget,

@@ -252,8 +252,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
             row["pareto"] = row["trial_id"] in front
     if spec.metric:  # best first (the front first); errored, infeasible and trials without a finite value last
         rows = ranked(rows, spec.mode, value=lambda r: r.get(spec.metric), status=lambda r: r["status"],
-                      trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)))
-        rows.sort(key=lambda r: not r.get("pareto", False))
+                      trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)),
+                      on_front=lambda r: bool(r.get("pareto", True)))
     frame = pd.DataFrame(rows)
 
     best_config = best_metrics = best_ckpt = best_id = None
@@ -290,7 +290,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if spec.constraints:
         summary["constraints"] = [c.model_dump(exclude_none=True) for c in spec.constraints]
     if spec.multi_objective:
-        summary.update(_front_summary(spec, grid, ids, front, location))
+        summary.update(_front_summary(spec, grid, statuses, ids, front, location))
     schedule = None
     pbt = spec.scheduler.type in POPULATION_SCHEDULERS or (path / PBT_GLOBAL).is_file()
     if pbt:
@@ -326,11 +326,12 @@ def _best(spec: Spec, grid: ResultGrid, statuses: list[str], front: set[str] | N
     if not spec.metric:
         return None
     ids = ids or _trial_ids(grid)
-    items = [(r, s, i) for r, s, i in zip(_results(grid), statuses, ids) if front is None or i in front]
-    pick = best_of(items, spec.mode, value=lambda c: metric_value(c[0].metrics, spec.metric),
+    pick = best_of(zip(_results(grid), statuses, ids), spec.mode,
+                   value=lambda c: metric_value(c[0].metrics, spec.metric),
                    status=lambda c: ERROR if c[0].error is not None else c[1],
                    trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name,
-                   feasible=lambda c: is_feasible(c[0].metrics, spec.constraints))
+                   feasible=lambda c: is_feasible(c[0].metrics, spec.constraints),
+                   on_front=None if front is None else lambda c: c[2] in front)
     return None if pick is None else pick[0]
 
 
@@ -354,7 +355,7 @@ def _checkpoint(result: Any, location: str | None) -> str | None:
     return ckpt
 
 
-def _front_summary(spec: Spec, grid: ResultGrid, ids: list[str], front: list[str],
+def _front_summary(spec: Spec, grid: ResultGrid, statuses: list[str], ids: list[str], front: list[str],
                    location: str | None) -> dict[str, Any]:
     """``summary.json``'s ``pareto_front`` and ``hypervolume`` (over the feasible trials with a result)."""
     objectives = spec.objectives or []
@@ -365,14 +366,13 @@ def _front_summary(spec: Spec, grid: ResultGrid, ids: list[str], front: list[str
         entries.append({"trial_id": trial_id, "config": plain(result.config or {}),
                         "objectives": {o.metric: plain(metric_value(result.metrics, o.metric)) for o in objectives},
                         "checkpoint": _checkpoint(result, location)})
-    points = [objective_values(by_id[i].metrics, objectives) for i in front]
-    values = [p for p in points if p is not None]
     volume = None
-    if values:
-        feasible_points = [v for r in by_id.values() if r.error is None and is_feasible(r.metrics, spec.constraints)
-                           for v in [objective_values(r.metrics, objectives)] if v is not None]
-        reference = reference_point(feasible_points, objectives)
-        volume = {"reference": reference, "value": hypervolume(values, objectives, reference)}
+    if front:  # the feasible trials with a result (what the front dominates adds nothing to its volume)
+        points = [v for r, status in zip(_results(grid), statuses)
+                  if r.error is None and status != ERROR and is_feasible(r.metrics, spec.constraints)
+                  for v in [objective_values(r.metrics, objectives)] if v is not None]
+        reference = reference_point(points, objectives)
+        volume = {"reference": reference, "value": hypervolume(points, objectives, reference)}
     return {"pareto_front": entries, "hypervolume": volume}
 
 

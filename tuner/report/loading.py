@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from tuner import pareto
-from tuner.best import best_reported, has_result, nan_to_none, ranked
+from tuner.best import best_reported, is_candidate, nan_to_none, ranked
 from tuner.errors import InputError
 from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
                           RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
@@ -459,26 +459,17 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         col = f"last_{metric}"
         # tuner.best's rule, as summary.json and results.csv: errored trials and trials
         # without a finite value go last, and are never the best.
-        if several or constraints:
-            # As results.csv: tuner.best's rule with the infeasible trials among those without a
-            # result; then, with several objectives, the front first (only its trials can be the best).
-            order = ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
-                           status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"],
-                           feasible=lambda i: bool(trials.at[i, "feasible"]) if constraints else True)
-            if several:
-                order.sort(key=lambda i: not trials.at[i, "pareto"])
-            trials = trials.loc[order]
-            first = trials.index[0]
-            if (has_result(trials.at[first, col], trials.at[first, "status"])
-                    and (not constraints or trials.at[first, "feasible"])
-                    and (not several or trials.at[first, "pareto"])):
-                best_trial = trials.at[first, "trial_id"]
-        else:
-            trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
-                                       status=lambda i: trials.at[i, "status"],
-                                       trial_id=lambda i: trials.at[i, "trial_id"])]
-            if has_result(trials[col].iloc[0], trials["status"].iloc[0]):
-                best_trial = trials["trial_id"].iloc[0]
+        # As results.csv: with constraints, infeasible trials among those without a result; with
+        # several objectives, the front first (only its trials can be the best).
+        feasible = (lambda i: bool(trials.at[i, "feasible"])) if constraints else None
+        pareto_row = (lambda i: bool(trials.at[i, "pareto"])) if several else None
+        trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
+                                   status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"],
+                                   feasible=feasible, on_front=pareto_row)]
+        first = trials.index[0]
+        if is_candidate(trials.at[first, col], trials.at[first, "status"], feasible is None or feasible(first),
+                        pareto_row is None or pareto_row(first)):
+            best_trial = trials.at[first, "trial_id"]
     else:
         trials = trials.sort_values("trial_id", kind="stable") if not trials.empty else trials
     trials = trials.reset_index(drop=True)
