@@ -41,6 +41,7 @@ import struct
 import time
 import warnings
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -528,3 +529,193 @@ def mnist_logged(config: dict) -> None:
         mnist.train({k: v for k, v in config.items() if k != "report_log"})
     finally:
         trial.report = original
+
+
+# --------------------------------------------------------------------------- a conditional space
+
+#: Fidelity steps of a trial of the conditional toy (:func:`conditional_objective`); at the last the
+#: reported value is the true one.
+COND_MAX_T = 9
+#: The low-fidelity error at step 1: ``COND_BIAS * loss + COND_NOISE * |N(0, 1)|``, shrinking to 0 at COND_MAX_T.
+COND_BIAS = 1.0
+COND_NOISE = 0.2
+COND_RECORD_BYTES = 96  # trial_id step value true_value, as RECORD_BYTES
+
+#: The toy's branches: ``model.name`` -> (floor, {parameter: (distribution, target)}). A branch's
+#: loss is its floor plus the squared distance of its active parameters to their targets, each
+#: parameter scaled to [0, 1] over its range (log ranges in log space, integers over their
+#: integers, a choice's values by position). The optimum (0) sits in ``mlp``, the branch with the
+#: most parameters (5 active), so at a random configuration it is no better than ``linear`` (2
+#: parameters, floor 0.3) on average: the best branch must be found, then tuned. ``mlp``'s
+#: ``optimizer`` brings ``momentum`` (sgd) or ``beta2`` (adam), each under a ``when`` condition;
+#: sgd costs :data:`COND_SGD_PENALTY` more. ``lr`` is one parameter shared by ``cnn`` and ``mlp``
+#: (the same distribution in both branches), and ``warmup`` exists only for those two (a ``when``
+#: on the sub-space choice).
+COND_BRANCHES: dict[str, tuple[float, dict[str, tuple[dict, Any]]]] = {
+    "linear": (0.30, {
+        "alpha": ({"type": "loguniform", "low": 1e-4, "high": 1.0}, 1e-2),
+        "l1_ratio": ({"type": "uniform", "low": 0.0, "high": 1.0}, 0.2),
+    }),
+    "forest": (0.20, {
+        "trees": ({"type": "lograndint", "low": 10, "high": 1001}, 300),
+        "depth": ({"type": "randint", "low": 2, "high": 17}, 12),
+        "max_features": ({"type": "uniform", "low": 0.1, "high": 1.0}, 0.3),
+    }),
+    "cnn": (0.10, {
+        "channels": ({"type": "lograndint", "low": 8, "high": 257}, 64),
+        "kernel": ({"type": "choice", "values": [3, 5, 7]}, 5),
+        "lr": ({"type": "loguniform", "low": 1e-5, "high": 1e-1}, 3e-3),
+    }),
+    "mlp": (0.0, {
+        "width": ({"type": "lograndint", "low": 16, "high": 1025}, 256),
+        "dropout": ({"type": "uniform", "low": 0.0, "high": 0.8}, 0.2),
+        "lr": ({"type": "loguniform", "low": 1e-5, "high": 1e-1}, 3e-3),
+        "optimizer": ({"type": "choice", "values": ["sgd", "adam"]}, None),
+        "momentum": ({"type": "uniform", "low": 0.0, "high": 0.99, "when": {"optimizer": "sgd"}}, 0.9),
+        "beta2": ({"type": "uniform", "low": 0.9, "high": 0.9999, "when": {"optimizer": "adam"}}, 0.99),
+    }),
+}
+#: How much worse sgd is than adam in ``mlp`` (each at its best momentum / beta2).
+COND_SGD_PENALTY = 0.04
+#: ``warmup`` (cnn and mlp only): its distribution and target.
+COND_WARMUP = ({"type": "uniform", "low": 0.0, "high": 0.3, "when": {"model": {"in": ["cnn", "mlp"]}}}, 0.1)
+#: The optimum: ``mlp`` with adam, every parameter at its target; its true value.
+COND_OPTIMUM_CONFIG = {"model": {"name": "mlp", "width": 256, "dropout": 0.2, "lr": 3e-3, "optimizer": "adam",
+                                 "beta2": 0.99}, "warmup": 0.1}
+COND_OPTIMUM = 0.0
+
+
+def conditional_space(flat: bool = False) -> dict:
+    """The toy's ``param_space``: conditional (a sub-space choice ``model`` among the branches of
+    :data:`COND_BRANCHES`, ``when`` conditions on ``momentum``, ``beta2`` and ``warmup``), or
+    ``flat``: the same parameters under the same keys, every one always sampled (``model.name`` a
+    plain choice, no ``when``), so a trial's config holds the other branches' parameters too.
+
+    Returns:
+        The ``param_space`` as a dict (the form ``tune_model`` takes).
+    """
+    def dist(d: dict) -> dict:
+        return {k: v for k, v in d.items() if not (flat and k == "when")}
+
+    warmup = dist(COND_WARMUP[0])
+    if flat:
+        model: dict[str, Any] = {"name": {"type": "choice", "values": list(COND_BRANCHES)}}
+        for _, params in COND_BRANCHES.values():
+            model.update({k: dist(d) for k, (d, _) in params.items()})
+        return {"model": model, "warmup": warmup}
+    branches = [{"name": b, **{k: dist(d) for k, (d, _) in params.items()}} for b, (_, params) in
+                COND_BRANCHES.items()]
+    return {"model": {"type": "choice", "values": branches}, "warmup": warmup}
+
+
+def _unit(d: dict, value: Any) -> float:
+    """``value`` scaled to [0, 1] over the distribution's range (log space for log ranges; a choice by position)."""
+    if d["type"] == "choice":
+        return d["values"].index(value) / (len(d["values"]) - 1)
+    low, high = float(d["low"]), float(d["high"]) - (1 if d["type"].endswith("randint") else 0)
+    v = float(value)
+    if d["type"].startswith("log"):
+        low, high, v = math.log(low), math.log(high), math.log(v)
+    return (v - low) / (high - low)
+
+
+def conditional_active_keys(config: dict) -> set[str]:
+    """The keys (``/``-joined) a config of the conditional space must hold, given its branch and
+    optimizer: ``model/name``, the branch's parameters, ``momentum`` or ``beta2`` by the optimizer,
+    ``warmup`` for cnn and mlp. Written from :data:`COND_BRANCHES`, independently of tuner's conditions."""
+    branch = config["model"]["name"]
+    keys = {"model/name"}
+    for k, (d, _) in COND_BRANCHES[branch][1].items():
+        when = d.get("when")
+        if when is None or all(config["model"].get(p) == v for p, v in when.items()):
+            keys.add(f"model/{k}")
+    if branch in COND_WARMUP[0]["when"]["model"]["in"]:
+        keys.add("warmup")
+    return keys
+
+
+def conditional_true_value(config: dict) -> float:
+    """The toy's full-fidelity, noiseless loss of a config (nested, as a trial gets it); it reads only
+    the parameters of the branch taken (the flat space's others are ignored).
+
+    Returns:
+        ``floor + sum((unit(x) - unit(target))^2)`` over the branch's active parameters
+        (and ``warmup`` for cnn and mlp), plus :data:`COND_SGD_PENALTY` for mlp with sgd; the
+        minimum, :data:`COND_OPTIMUM`, at :data:`COND_OPTIMUM_CONFIG`.
+    """
+    model = config["model"]
+    floor, params = COND_BRANCHES[model["name"]]
+    distance = 0.0
+    for key in sorted(conditional_active_keys(config)):
+        if key == "model/name" or key == "model/optimizer":
+            continue
+        d, target = COND_WARMUP if key == "warmup" else params[key.split("/", 1)[1]]
+        value = config["warmup"] if key == "warmup" else model[key.split("/", 1)[1]]
+        distance += (_unit(d, value) - _unit(d, target)) ** 2
+    penalty = COND_SGD_PENALTY if model.get("optimizer") == "sgd" and model["name"] == "mlp" else 0.0
+    return floor + penalty + distance
+
+
+def conditional_fidelity(true_value: float, t: int, z: float, *, max_t: int = COND_MAX_T, bias: float = COND_BIAS,
+                         noise: float = COND_NOISE) -> float:
+    """The loss reported at step ``t`` (1..max_t): ``true + (1 - s)(bias * true + noise * |z|)``,
+    ``s = log t / log max_t`` (as :func:`zdt1_fidelity`): too high early, by an error that shrinks
+    with every step and reorders configurations, the true value at ``max_t``."""
+    s = math.log(t) / math.log(max_t) if max_t > 1 else 1.0
+    return true_value + (1.0 - s) * (bias * true_value + noise * abs(z))
+
+
+def _config_z(config: dict, seed: int) -> float:
+    """One standard normal draw per configuration (its toy parameters) and seed."""
+    from tuner.params import flatten
+
+    flat = flatten({"model": config["model"], **({"warmup": config["warmup"]} if "warmup" in config else {})})
+    key = json.dumps(flat, sort_keys=True).encode()
+    return float(np.random.default_rng([zlib.crc32(key), seed]).normal())
+
+
+def conditional_objective(config: dict) -> None:
+    """One trial of the conditional toy: one report of ``loss`` per step (:func:`conditional_fidelity`),
+    ``config["max_t"]`` steps, each charged against the experiment's budget (``budget_file``,
+    ``budget``; the record holds the reported and the true value), a checkpoint at the steps in
+    ``checkpoint_at`` (where BOHB's Hyperband may pause it). At its start the trial appends its id and
+    its config's toy parameters (``model``, ``warmup``), as the train function got them, to
+    ``config_log`` (one JSON line), so the benchmark can check which keys each config held.
+    """
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    toy = {k: config[k] for k in ("model", "warmup") if k in config}
+    if config.get("config_log"):
+        # A value json cannot write (a numpy scalar) is logged as {"__numpy__": repr}: the benchmark counts it.
+        line = (json.dumps({"trial_id": trial_id, "config": toy},
+                           default=lambda v: {"__numpy__": repr(v)}) + "\n").encode()
+        fd = os.open(config["config_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    max_t, seed = int(config.get("max_t", COND_MAX_T)), int(config.get("seed", 0))
+    true_value = conditional_true_value(config)
+    z = _config_z(config, seed)
+    start = 1
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            with open(os.path.join(folder, "step.json"), encoding="utf-8") as f:
+                start = json.load(f)["step"] + 1
+    pause_at = set(config.get("checkpoint_at") or ())
+    for t in range(start, max_t + 1):
+        value = conditional_fidelity(true_value, t, z, max_t=max_t)
+        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, value, true_value,
+                       record_bytes=COND_RECORD_BYTES)
+        metrics = {"loss": value, "budget_used": rank, "step": t}
+        if t in pause_at and t < max_t:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as folder:
+                with open(os.path.join(folder, "step.json"), "w", encoding="utf-8") as f:
+                    json.dump({"step": t}, f)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+        else:
+            tune.report(metrics)
