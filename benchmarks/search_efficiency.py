@@ -67,12 +67,12 @@ def pause_points(search: dict, scheduler: dict, max_t: int) -> list[int]:
     where the trial checkpoints so that it resumes instead of starting over."""
     if scheduler["type"] not in ("hyperband", "bohb"):
         return []
-    from tuner.algorithms import rungs
+    from tuner.rungs import bracket_rungs
     from tuner.spec import load_spec
 
     spec = load_spec({"trainable": "benchmarks.workloads:search_objective", "metric": "loss", "mode": "min",
                       "search": search, "scheduler": {**scheduler, "max_t": max_t}})
-    return sorted({int(r) for bracket in rungs(spec) for r in bracket})
+    return sorted({int(r) for bracket in bracket_rungs(spec) for r in bracket})
 
 
 def run_one(objective: str, method: str, seed: int, budget_steps: int, storage: Path, cpu: float = 1.0) -> dict:
