@@ -66,9 +66,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
     IMG, ROOT, have_matplotlib, load_average, machine_line, start_local_ray, write_section)
-from benchmarks.workloads import (  # noqa: E402
+from benchmarks.workloads import (
     COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_RECORD_BYTES, COND_WARMUP, conditional_active_keys,
     conditional_space, conditional_true_value, read_budget_records)
 
@@ -413,6 +413,8 @@ def main(argv=None) -> None:
 
 
 def _plot(points, curves: dict, img_dir: Path) -> Path:
+    """One panel per searcher: the median regret against the budget used, conditional (solid) and
+    flat (dashed), each with its interquartile band."""
     import matplotlib
     import numpy as np
 
@@ -420,22 +422,30 @@ def _plot(points, curves: dict, img_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     img_dir.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    colors: dict[str, Any] = {}
-    for (searcher, space), curve in curves.items():
-        q1, q2, q3 = np.percentile(curve, [25, 50, 75], axis=0)
-        line, = ax.plot(points, np.maximum(q2, 1e-3), label=f"{searcher}, {space}", lw=1.6,
-                        color=colors.get(searcher), ls="-" if space == "conditional" else "--")
-        colors.setdefault(searcher, line.get_color())
-        if space == "conditional":
-            ax.fill_between(points, np.maximum(q1, 1e-3), np.maximum(q3, 1e-3), color=line.get_color(), alpha=0.12)
-    ax.set_yscale("log")
-    ax.set_xlabel("budget used (training iterations)")
-    ax.set_ylabel("regret of the returned configuration\n(median; band: IQR, conditional)")
-    ax.set_title("Conditional toy: conditions (solid) against the flattened space (dashed)")
-    ax.title.set_fontsize(10)
-    ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, ncol=2)
+    searchers = list(dict.fromkeys(searcher for searcher, _ in curves))
+    cols = min(2, len(searchers))
+    rows = (len(searchers) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.7 * rows + 0.4), dpi=110, sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, searcher in zip(axes.flat, searchers):
+        for space, color, style in (("conditional", "tab:blue", "-"), ("flat", "tab:orange", "--")):
+            curve = curves.get((searcher, space))
+            if curve is None:
+                continue
+            q1, q2, q3 = np.percentile(curve, [25, 50, 75], axis=0)
+            ax.plot(points, np.maximum(q2, 1e-3), color=color, ls=style, lw=1.6, label=space)
+            ax.fill_between(points, np.maximum(q1, 1e-3), np.maximum(q3, 1e-3), color=color, alpha=0.15)
+        ax.set_title(searcher, fontsize=10)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.25)
+    for ax in axes.flat[len(searchers):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("budget used (training iterations)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("regret (median, IQR)", fontsize=8)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("Conditional toy: the space with conditions against it flattened", fontsize=10)
     fig.tight_layout()
     path = img_dir / "conditional_toy.png"
     fig.savefig(path)
