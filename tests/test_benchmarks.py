@@ -221,3 +221,125 @@ def test_multiobjective_benchmark_writes_its_table_and_plot(tmp_path):
     if importlib.util.find_spec("matplotlib") is None:
         return
     assert (img / "multiobjective_zdt1.png").stat().st_size > 0
+
+
+def test_conditional_toy_has_its_optimum_in_one_branch():
+    """The toy's known optimum: 0 in mlp (adam, every parameter at its target); every other branch's best
+    is its floor; the parameters of branches not taken change nothing (the flat space's)."""
+    from benchmarks.workloads import (
+        COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_OPTIMUM_CONFIG, COND_SGD_PENALTY, COND_WARMUP,
+        conditional_fidelity, conditional_true_value)
+
+    assert conditional_true_value(COND_OPTIMUM_CONFIG) == COND_OPTIMUM == 0.0
+    at_target = {b: {"name": b, **{k: t for k, (_, t) in params.items() if t is not None}}
+                 for b, (_, params) in COND_BRANCHES.items()}
+    floors = {}
+    for branch, model in at_target.items():
+        if branch == "mlp":
+            model["optimizer"] = "adam"
+            model.pop("momentum")
+        floors[branch] = conditional_true_value({"model": model, "warmup": COND_WARMUP[1]})
+    assert floors == {b: pytest.approx(f) for b, (f, _) in COND_BRANCHES.items()}
+    assert min(floors, key=floors.get) == "mlp" and sorted(floors.values())[1] > 0.05
+    # Off the target, the loss grows; sgd at its best momentum costs the penalty.
+    mlp = COND_OPTIMUM_CONFIG["model"]
+    for key, value in (("width", 1024), ("dropout", 0.8), ("lr", 1e-5), ("beta2", 0.9)):
+        assert conditional_true_value({"model": {**mlp, key: value}, "warmup": 0.1}) > 0.05, key
+    assert conditional_true_value({"model": mlp, "warmup": 0.3}) > 0.0
+    sgd = {k: v for k, v in mlp.items() if k != "beta2"} | {"optimizer": "sgd", "momentum": 0.9}
+    assert conditional_true_value({"model": sgd, "warmup": 0.1}) == pytest.approx(COND_SGD_PENALTY)
+    # The flat space's config: every branch's parameters, the others ignored.
+    flat = {"model": {**at_target["linear"], **at_target["forest"], **at_target["cnn"], "alpha": 1.0,
+                      "channels": 8, **mlp, "momentum": 0.0}, "warmup": 0.1}
+    assert conditional_true_value(flat) == 0.0
+    # The learning curve: too high early, shrinking, the true value at max_t.
+    curve = [conditional_fidelity(0.25, t, z=-0.7) for t in range(1, COND_MAX_T + 1)]
+    assert curve == sorted(curve, reverse=True) and curve[0] > 0.5 and curve[-1] == pytest.approx(0.25)
+
+
+def test_conditional_toy_keys_agree_with_tuners_space():
+    """The benchmark's own rule for which keys a config holds is the one tuner's conditions give the
+    spec (``tuner.spec.conditions.Space``), on sampled configs of every branch and optimizer."""
+    import random
+
+    from benchmarks.conditional import violations
+    from benchmarks.workloads import conditional_active_keys, conditional_space
+    from tuner.params import nest
+    from tuner.spec import load_spec
+
+    space = load_spec({"trainable": "benchmarks.workloads:conditional_objective", "metric": "loss", "mode": "min",
+                       "param_space": conditional_space()}).space
+    rng = random.Random(0)
+
+    def draw(p):
+        d = p.dist
+        if d.type == "choice":
+            return rng.choice(list(d.values))
+        if d.type in ("randint", "lograndint"):
+            return rng.randrange(d.low, d.high)
+        return rng.uniform(d.low, d.high)
+
+    seen = set()
+    for _ in range(200):
+        flat = space.sample(draw)
+        config = nest(flat)
+        assert set(flat) == conditional_active_keys(config)
+        assert violations(config, "conditional") == []
+        seen.add((config["model"]["name"], config["model"].get("optimizer")))
+    assert seen == {("linear", None), ("forest", None), ("cnn", None), ("mlp", "sgd"), ("mlp", "adam")}
+    assert len(load_spec({"trainable": "benchmarks.workloads:conditional_objective", "param_space":
+                          conditional_space(flat=True)}).space.params) == 15
+
+
+def test_conditional_benchmark_finds_configs_off_the_space():
+    from benchmarks.conditional import check_configs, violations
+    from benchmarks.workloads import COND_OPTIMUM_CONFIG
+
+    mlp = COND_OPTIMUM_CONFIG["model"]
+    assert violations(COND_OPTIMUM_CONFIG, "conditional") == []
+    assert "extra ['model/momentum']" in violations({"model": {**mlp, "momentum": 0.5}, "warmup": 0.1},
+                                                      "conditional")[0]
+    assert "missing ['warmup']" in violations({"model": mlp}, "conditional")[0]
+    assert violations({"model": {"name": "linear", "alpha": 0.1, "l1_ratio": 0.5}, "warmup": 0.1},
+                      "conditional")  # warmup belongs to cnn and mlp only
+    assert violations({"model": {**mlp, "width": {"__numpy__": "np.int64(256)"}}, "warmup": 0.1}, "conditional")
+    assert violations({"model": {**mlp, "width": 4096}, "warmup": 0.1}, "conditional")
+    assert violations(COND_OPTIMUM_CONFIG, "flat")  # flat: every parameter must be there
+    configs = [{"trial_id": "a", "config": COND_OPTIMUM_CONFIG}, {"trial_id": "b", "config": COND_OPTIMUM_CONFIG},
+               {"trial_id": "b", "config": {"model": {**mlp, "dropout": 0.3}, "warmup": 0.1}}]
+    trials, bad, examples = check_configs(configs, "conditional")
+    assert (trials, bad) == (2, 1) and "resumed with another config" in examples[0]
+
+
+def test_conditional_regret_follows_the_trial_tuner_returns():
+    from benchmarks.conditional import score
+
+    # (trial, step, reported loss, true loss); budget 5, max_t 3.
+    records = [("a", 1, 0.9, 0.3), ("b", 1, 0.6, 0.2), ("a", 2, 0.5, 0.3), ("c", 1, 0.2, 0.01),
+               ("a", 3, 0.3, 0.3), ("c", 2, 0.05, 0.01)]  # c's second step is past the budget: c errored
+    s = score(records, budget=5, max_t=3)
+    assert s["best"] == "a" and s["regret"] == pytest.approx(0.3) and s["best_step"] == 3
+    assert s["trials"] == 3 and s["iterations"] == 5
+    early = score(records, budget=5, max_t=3, upto=4)  # c at step 1 (0.2) is the best so far
+    assert early["best"] == "c" and early["regret"] == pytest.approx(0.01)
+
+
+@pytest.mark.slow
+def test_conditional_benchmark_writes_its_table_and_plot(tmp_path):
+    out = tmp_path / "bench.md"
+    img = tmp_path / "img"
+    _bench("benchmarks/conditional.py", "--seeds", "1", "--budget", "36", "--methods", "random,bohb",
+           "--output", out, "--img-dir", img)
+    text = out.read_text()
+    assert "## Conditional search spaces" in text and "Machine: " in text
+    for searcher in ("random", "bohb"):
+        for space in ("conditional", "flat"):
+            (row,) = _table_rows(text, f"{searcher} | {space} |")
+            numbers = _numbers(row)
+            assert len(numbers) >= 5 and 0 <= numbers[0] < 3, row
+    # Every config a trial got respected the space; the best trial scored is the one tuner returns.
+    assert re.search(r"Conditions respected: 0 of [1-9]\d* trials", text), text
+    assert re.search(r"Cross-check: in (\d+) of \1 experiments", text), text
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    assert (img / "conditional_toy.png").stat().st_size > 0
