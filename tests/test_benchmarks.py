@@ -312,7 +312,7 @@ def test_conditional_benchmark_finds_configs_off_the_space():
 
 
 def test_conditional_regret_follows_the_trial_tuner_returns():
-    from benchmarks.conditional import score
+    from benchmarks.conditional import lower_share, score
 
     # (trial, step, reported loss, true loss); budget 5, max_t 3.
     records = [("a", 1, 0.9, 0.3), ("b", 1, 0.6, 0.2), ("a", 2, 0.5, 0.3), ("c", 1, 0.2, 0.01),
@@ -322,6 +322,8 @@ def test_conditional_regret_follows_the_trial_tuner_returns():
     assert s["trials"] == 3 and s["iterations"] == 5
     early = score(records, budget=5, max_t=3, upto=4)  # c at step 1 (0.2) is the best so far
     assert early["best"] == "c" and early["regret"] == pytest.approx(0.01)
+    # The share of pairs of runs in which the first form ends lower (ties half).
+    assert lower_share([0.1, 0.3], [0.2, 0.3]) == pytest.approx((1 + 1 + 0 + 0.5) / 4)
 
 
 @pytest.mark.slow
