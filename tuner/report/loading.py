@@ -150,6 +150,35 @@ class Experiment:
             return None
         return self.config_of(self.best_trial)
 
+    def active(self, name: str) -> pd.Series:
+        """Which trials have the parameter ``name`` in their config (bool, in :attr:`trials` order).
+
+        A conditional parameter (``when``, or a branch of a sub-space choice) is absent from the
+        config of a trial where it is inactive; any other parameter is in every trial's config
+        (but a trial whose config is not known yet).
+        """
+        col = self.trials.get(f"config/{name}")
+        if col is None:
+            return pd.Series(False, index=self.trials.index)
+        return col.map(lambda v: _py(v) is not None).astype(bool)
+
+    def condition(self, name: str) -> str | None:
+        """When the parameter ``name`` is active, from the spec: ``optimizer = sgd``,
+        ``model/name = cnn and layers in [2, 3]``; None for an unconditional parameter or without a spec."""
+        param = self.spec.space.get(name) if self.spec is not None else None
+        if param is None or not param.conditions:
+            return None
+        return " and ".join(c.describe() for c in param.conditions)
+
+    @property
+    def conditional_params(self) -> list[str]:
+        """The sampled parameters that some trials lack: those with a condition in the spec (a
+        ``when``, or a branch of a sub-space choice), and, without a spec, those absent from the
+        config of some trial. In :attr:`params` order."""
+        if self.spec is not None:
+            return [p for p in self.params if self.condition(p) is not None]
+        return [p for p in self.params if not self.active(p).all()]
+
     def config_of(self, trial_id: str) -> dict:
         """A trial's config (nested, as the train function saw it): its ``params.json``, else its row.
 
@@ -439,6 +468,11 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         rows.append(row)
 
     trials = pd.DataFrame(rows, columns=None if rows else ["trial_id", "status", "iterations", "time_total_s"])
+    for col in [c for c in trials.columns if c.startswith("config/")]:
+        # A conditional parameter is absent from the config of a trial where it is inactive: its
+        # column holds None there (not NaN, not a default), and integers stay integers.
+        if any(col not in r for r in rows):
+            trials[col] = pd.Series([r.get(col) for r in rows], index=trials.index, dtype=object)
     if metric:
         for col in (f"last_{metric}", f"best_{metric}", *(f"last_{m}" for m in extra_last),
                     *(f"best_{m}" for m in extra_best)):
