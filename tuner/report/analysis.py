@@ -18,7 +18,8 @@ from tuner.report.loading import Experiment, _numeric, _py, _read_json
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
 
-__all__ = ["scheduler_rungs", "budget", "importances", "importance_facts", "MIN_ACTIVE_TRIALS", "objective_points", "feasibility", "pareto_facts"]
+__all__ = ["scheduler_rungs", "budget", "importances", "importance_facts", "MIN_ACTIVE_TRIALS", "active_label",
+           "objective_points", "feasibility", "pareto_facts"]
 
 
 def scheduler_rungs(spec: Spec | None) -> list[float]:
@@ -95,6 +96,15 @@ def _results_span(exp: Experiment) -> float | None:
         return None
     starts = h.groupby("trial_id").apply(lambda g: (g["timestamp"] - g["time_this_iter_s"]).min(), include_groups=False)
     return float(h["timestamp"].max() - starts.min())
+
+
+def active_label(exp: Experiment, name: str) -> str | None:
+    """``active in 3 of 8 trials (when optimizer = sgd)`` for a conditional parameter, else None."""
+    if name not in exp.conditional_params:
+        return None
+    cond = exp.condition(name)
+    return (f"active in {int(exp.active(name).sum())} of {len(exp.trials)} trials"
+            + (f" (when {cond})" if cond else ""))
 
 
 #: The fewest trials with a value of the metric, among those where a conditional parameter is

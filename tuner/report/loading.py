@@ -171,13 +171,20 @@ class Experiment:
         return " and ".join(c.describe() for c in param.conditions)
 
     @property
-    def conditional_params(self) -> list[str]:
-        """The sampled parameters that some trials lack: those with a condition in the spec (a
-        ``when``, or a branch of a sub-space choice), and, without a spec, those absent from the
-        config of some trial. In :attr:`params` order."""
+    def conditional_keys(self) -> list[str]:
+        """The config names (``/``-joined) that a trial lacks where they are inactive: with a spec,
+        its parameters with a condition (a ``when``, or a branch of a sub-space choice: a branch's
+        constants too); without one, the ``config/`` columns that some trials lack."""
         if self.spec is not None:
-            return [p for p in self.params if self.condition(p) is not None]
-        return [p for p in self.params if not self.active(p).all()]
+            return [p.name for p in self.spec.space.params if p.conditions]
+        names = [c[len("config/"):] for c in self.trials.columns if c.startswith("config/")]
+        return [n for n in names if not self.active(n).all() and self.active(n).any()]
+
+    @property
+    def conditional_params(self) -> list[str]:
+        """The sampled parameters that some trials lack (:attr:`conditional_keys`), in :attr:`params` order."""
+        keys = set(self.conditional_keys)
+        return [p for p in self.params if p in keys]
 
     def config_of(self, trial_id: str) -> dict:
         """A trial's config (nested, as the train function saw it): its ``params.json``, else its row.
