@@ -316,6 +316,21 @@ def _hparam_value(value: Any) -> Any:
     return None if value is None else str(value)
 
 
+def _domain(dist: Any, param: Any) -> dict[str, Any]:
+    """A sampled parameter's domain for the HParams summary: its distribution as a dict
+    (``type``, ``low``/``high`` or ``values``), and for a conditional parameter ``when``, its
+    conditions as text (``optimizer = sgd``, ``model/name = cnn``), not the spec's raw ``when``.
+
+    Args:
+        dist: Its distribution (:func:`tuner.params.distributions`).
+        param: Its :class:`tuner.spec.conditions.Param` (``spec.space.get(name)``), or None.
+    """
+    domain = dist.model_dump(exclude={"when"})
+    if param is not None and param.conditions:
+        domain["when"] = " and ".join(c.describe() for c in param.conditions)
+    return domain
+
+
 class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
     """Ray's ``TBXLoggerCallback`` with one HParams experiment for the whole run.
 
@@ -328,6 +343,11 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
     experiment summary into the experiment folder: every sampled parameter with its
     domain from the spec, and every metric the trials reported.
 
+    A conditional parameter (a ``when``, or a branch's parameter of a sub-space choice, and
+    the choice's branch name ``model/name``) has its domain like any other, and its
+    conditions as the description; a trial's session holds only the parameters the trial
+    has (an inactive one is left out, as from its config: TensorBoard shows it blank).
+
     Args:
         spec: The spec that runs.
         folder: Where the experiment summary goes; default the trials' parent folder.
@@ -338,7 +358,7 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
         super().__init__()
         self._folder = folder
         self._params = sampled_params(spec)
-        self._domains = {name: dist.model_dump() for name, dist in distributions(spec.param_space)}
+        self._domains = {name: _domain(dist, spec.space.get(name)) for name, dist in distributions(spec.param_space)}
         self._metric = spec.metric
         self._metrics: dict[str, None] = {}
         self._failed = False
@@ -397,7 +417,8 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
     Args:
         folder: The experiment folder (the trials' parent, TensorBoard's ``--logdir``).
         domains: Sampled parameter name -> its distribution from the spec, as a dict
-            (``type``, ``low``/``high`` or ``values``).
+            (``type``, ``low``/``high`` or ``values``; ``when``, a conditional parameter's
+            conditions as text, becomes the description: ``active when optimizer = sgd``).
         metric: The spec's metric, listed first.
         metrics: Scalar tags the trials wrote, e.g. ``ray/tune/loss``; Ray's bookkeeping
             ones (``done``, ``time_this_iter_s``, ...) are left out.
@@ -411,6 +432,7 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
 
     infos = []
     for name, dist in domains.items():
+        about = {"description": f"active when {dist['when']}"} if dist.get("when") else {}
         if "values" in dist:
             values = [_hparam_value(v) for v in dist["values"]]
             kinds = {type(v) for v in values}
@@ -423,13 +445,13 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
                 dtype, values = "DATA_TYPE_STRING", [str(v) for v in values]
             domain = ListValue()
             domain.extend(list(dict.fromkeys(values)))
-            infos.append(HParamInfo(name=name, type=DataType.Value(dtype), domain_discrete=domain))
+            infos.append(HParamInfo(name=name, type=DataType.Value(dtype), domain_discrete=domain, **about))
         elif "low" in dist and "high" in dist:
             infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64"),
                                     domain_interval=Interval(min_value=float(dist["low"]),
-                                                             max_value=float(dist["high"]))))
+                                                             max_value=float(dist["high"])), **about))
         else:  # randn: unbounded
-            infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64")))
+            infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64"), **about))
     first = [f"ray/tune/{metric}"] if metric and f"ray/tune/{metric}" in metrics else []
     # Scalars Ray adds to every result (tuner.params.RAY_RESULT_KEYS) stay in the scalars, out of the columns.
     tags = first + sorted(t for t in metrics if t not in first and t.removeprefix("ray/tune/") not in RAY_RESULT_KEYS)
