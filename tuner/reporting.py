@@ -370,6 +370,11 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         self._failed = failed
+        if self._params and not trial.evaluated_params and self.trial_scalar_tags(trial):
+            # Ray writes the session only for a trial with ``evaluated_params`` (what its variant
+            # generator sampled); a config given whole, as a conditional space's random and grid
+            # trials are (presets), has none: written here, before Ray closes the writer.
+            self.log_hparams(trial, {})
         super().log_trial_end(trial, failed)
 
     def log_hparams(self, trial, result: dict) -> None:
