@@ -2,7 +2,8 @@
 
 One real experiment is run once for the module through the CLI: ``tests.trainables:branchy`` with
 ``momentum`` only under ``optimizer: sgd``, ``beta2`` only under ``adam``, and the sub-space choice
-``model`` (``cnn`` with ``channels``, ``mlp`` with ``hidden`` and the constant ``act``), random search,
+``model`` (``cnn`` with ``channels``, ``mlp`` with ``hidden`` and the constant ``act``), and a
+categorical ``schedule`` under ``sgd`` too (which branchy ignores), random search,
 8 trials of 2 iterations. ``tuner report`` is run on it in every format. The trials each parameter is
 active in are read from the trials' own ``params.json`` (an inactive parameter is absent from it),
 and every check compares the report with those.
@@ -38,12 +39,13 @@ param_space:
     values:
       - {name: cnn, channels: {type: randint, low: 8, high: 65}}
       - {name: mlp, hidden: {type: lograndint, low: 32, high: 1025}, act: relu}
+  schedule:  {type: choice, values: [step, cosine], when: {optimizer: sgd}}
 resources: {cpu: 1}
 """
 
-SAMPLED = ["optimizer", "momentum", "beta2", "model/name", "model/channels", "model/hidden"]
+SAMPLED = ["optimizer", "momentum", "beta2", "model/name", "model/channels", "model/hidden", "schedule"]
 CONDITIONS = {"momentum": "optimizer = sgd", "beta2": "optimizer = adam", "model/channels": "model/name = cnn",
-              "model/hidden": "model/name = mlp"}
+              "model/hidden": "model/name = mlp", "schedule": "optimizer = sgd"}
 
 
 @pytest.fixture(scope="module")
@@ -165,11 +167,14 @@ def test_plots_of_a_parameter_show_only_the_trials_where_it_is_active(exp):
         assert all(math.isfinite(v) for p in points for v in p)
         if name in CONDITIONS:
             assert ax.get_title() == f"active in {len(active(exp, name))} of 8 trials (when {CONDITIONS[name]})"
-            assert sorted(p[0] for p in points) == pytest.approx(sorted(exp.configs[t][name]
-                                                                        for t in active(exp, name)))
+            xs = sorted(exp.configs[t][name] for t in active(exp, name))
+            if name != "schedule":  # a category is drawn at its index
+                assert sorted(p[0] for p in points) == pytest.approx(xs)
         else:
             assert ax.get_title() == ""
     assert [t.get_text() for t in axes["model/name"].get_xticklabels()] == ["cnn", "mlp"]
+    labels = [t.get_text() for t in axes["schedule"].get_xticklabels()]  # no category for the trials without it
+    assert labels == sorted({exp.configs[t]["schedule"] for t in active(exp, "schedule")})
     # The scale comes from the spec's distribution, a branch's parameter's too.
     assert axes["model/hidden"].get_xscale() == "log" and axes["model/channels"].get_xscale() == "linear"
     # Parallel coordinates: a trial without a parameter meets its axis at the 'inactive' mark, no NaN.
