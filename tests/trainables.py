@@ -644,13 +644,13 @@ def accuracy_cost(config):
 
 
 def branchy(config):
-    """A conditional space's toy: the loss depends on the branch taken (sgd with momentum, adam with beta2; a cnn
+    """A conditional space's toy: the loss depends on the branch taken (sgd or rmsprop with momentum, adam with beta2; a cnn
     with channels, an mlp with hidden) and falls over ``epochs`` iterations. Reports ``keys``, the config's
     parameter names as the train function saw them (``/``-joined, sorted), so a test can see an inactive one."""
     from tuner.params import flatten
 
     flat = flatten(config)
-    if config.get("optimizer") == "sgd":
+    if config.get("optimizer") in ("sgd", "rmsprop"):
         loss = (float(config["momentum"]) - 0.9) ** 2
     else:
         loss = 0.05 + (float(config["beta2"]) - 0.99) ** 2
