@@ -641,3 +641,21 @@ def accuracy_cost(config):
     for i in range(epochs):
         scale = 1.0 if i == epochs - 1 else 0.5
         trial.report({"accuracy": (x - y / 2) * scale, "cost": x ** 2 + y / 2, "latency_ms": 40.0 * x})
+
+
+def branchy(config):
+    """A conditional space's toy: the loss depends on the branch taken (sgd with momentum, adam with beta2; a cnn
+    with channels, an mlp with hidden) and falls over ``epochs`` iterations. Reports ``keys``, the config's
+    parameter names as the train function saw them (``/``-joined, sorted), so a test can see an inactive one."""
+    from tuner.params import flatten
+
+    flat = flatten(config)
+    if config.get("optimizer") == "sgd":
+        loss = (float(config["momentum"]) - 0.9) ** 2
+    else:
+        loss = 0.05 + (float(config["beta2"]) - 0.99) ** 2
+    model = config.get("model")
+    if isinstance(model, dict):
+        loss += abs(int(model["channels"]) - 32) / 100 if model["name"] == "cnn" else 0.1
+    for i in range(int(config.get("epochs", 2))):
+        trial.report({"loss": loss + 1.0 / (i + 1), "keys": ",".join(sorted(flat))})

@@ -40,6 +40,7 @@ from ray.tune.schedulers import (
 from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
+from ray.tune.search.bohb import TuneBOHB as TuneBOHBBase
 from ray.tune.search.optuna import OptunaSearch
 
 from tuner import ray_internals
@@ -51,7 +52,7 @@ from tuner.spec import Spec
 from tuner.spec.sections import POPULATION_SCHEDULERS
 
 __all__ = ["build_searcher", "build_scheduler", "describe_search", "quiet_searchers", "quiet_schedulers",
-           "population_mutations", "population_bounds"]
+           "population_mutations", "population_bounds", "DefineByRun", "config_space"]
 
 
 def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | BasicVariantGenerator:
@@ -70,7 +71,13 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
     """
     search = spec.search
     points = getattr(search, "points_to_evaluate", None)
+    conditional = spec.conditional
     if search.algorithm in ("grid", "random"):
+        if conditional:
+            from tuner.space import presets
+
+            return _ConditionalVariants(spec, points_to_evaluate=presets(spec), random_state=spec.seed,
+                                        max_concurrent=max_concurrent or 0)
         return BasicVariantGenerator(points_to_evaluate=points, random_state=spec.seed,
                                      max_concurrent=max_concurrent or 0)
     if search.algorithm == "optuna":
@@ -87,12 +94,145 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
             cls = NSGAIISampler if search.sampler == "nsga2" else NSGAIIISampler
             size: dict[str, Any] = {} if search.population_size is None else {"population_size": search.population_size}
             sampler = cls(seed=spec.seed, **size)
-        return _OptunaSearch(sampler, points, spec)
+        return _OptunaSearch(sampler, points, spec, space=DefineByRun(spec) if conditional else None)
     from ray.tune.search.bohb import TuneBOHB
 
     quiet_searchers("bohb")
     config = search.model_dump(exclude={"algorithm", "points_to_evaluate"}, exclude_none=True)
+    if conditional:
+        return _ConditionalBOHB(spec, bohb_config=config, seed=spec.seed, points_to_evaluate=points)
     return TuneBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points)
+
+
+class _ConditionalVariants(BasicVariantGenerator):
+    """Ray's ``BasicVariantGenerator`` for a conditional space (grid and random search).
+
+    It runs :func:`tuner.space.presets` as its points to evaluate (the conditional parameters of
+    each trial, drawn parents first), and Ray samples or enumerates the other parameters as
+    without conditions. Each new trial's config loses the placeholders of the parameters its
+    point leaves inactive (:func:`tuner.space.drop_inactive`): an inactive parameter is absent.
+
+    Args:
+        spec: The validated spec.
+        **kwargs: ``BasicVariantGenerator``'s (``points_to_evaluate``, ``random_state``,
+            ``max_concurrent``).
+    """
+
+    def __init__(self, spec: Spec, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.tuner_spec = spec
+
+    def next_trial(self):
+        from tuner.space import drop_inactive
+
+        trial = super().next_trial()
+        if trial is not None:
+            drop_inactive(trial.config, self.tuner_spec)
+        return trial
+
+
+class DefineByRun:
+    """A conditional space as an Optuna define-by-run function, for Ray's ``OptunaSearch(space=...)``.
+
+    Called with an Optuna trial, it suggests the parameters parents first, and a child only
+    when its conditions hold (Optuna's define-by-run spaces: Akiba et al., KDD 2019), each
+    with the Optuna distribution Ray's ``OptunaSearch.convert_search_space`` makes of its
+    Ray sampling object; it returns the constants of the branches taken. Picklable (the
+    searcher is saved with the experiment).
+
+    Args:
+        spec: The validated spec, with a conditional space.
+    """
+
+    def __init__(self, spec: Spec):
+        from tuner.params import nest
+        from tuner.space import ray_domain
+
+        self.space = spec.space
+        sampled = {p.name: ray_domain(p.dist) for p in self.space.params if p.dist is not None}
+        self.distributions = OptunaSearch.convert_search_space(nest(sampled))
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        config: dict[str, Any] = {}
+        constants: dict[str, Any] = {}
+        for p in self.space.order:
+            if not self.space.is_active(p, config):
+                continue
+            if p.dist is None:
+                config[p.name] = constants[p.name] = p.value
+                continue
+            d = self.distributions[p.name]
+            if isinstance(d, CategoricalDistribution):
+                config[p.name] = trial.suggest_categorical(p.name, d.choices)
+            elif isinstance(d, IntDistribution):
+                config[p.name] = trial.suggest_int(p.name, d.low, d.high, step=d.step, log=d.log)
+            else:
+                config[p.name] = trial.suggest_float(p.name, d.low, d.high, step=d.step, log=d.log)
+        return constants
+
+
+def config_space(spec: Spec) -> Any:
+    """A conditional space as a ``ConfigSpace.ConfigurationSpace`` with conditions, for ``TuneBOHB(space=...)``.
+
+    The hyperparameters are the ones Ray's ``TuneBOHB.convert_search_space`` makes of each
+    parameter's Ray sampling object (named ``/``-joined, as Ray names them); each condition is
+    an ``EqualsCondition`` (one value) or an ``InCondition`` (several), several of them an
+    ``AndConjunction``. A branch's constants are not hyperparameters (:class:`_ConditionalBOHB`
+    adds them).
+
+    Args:
+        spec: The validated spec, with a conditional space.
+
+    Returns:
+        The configuration space; hpbandster's BOHB models inactive parameters as missing
+        (Falkner et al., ICML 2018).
+    """
+    from ConfigSpace import AndConjunction, EqualsCondition, InCondition
+    from ray.tune.search.bohb import TuneBOHB
+
+    from tuner.params import nest
+    from tuner.space import ray_domain
+
+    space = spec.space
+    cs = TuneBOHB.convert_search_space(nest({p.name: ray_domain(p.dist) for p in space.params if p.dist is not None}))
+    for p in space.params:
+        if p.dist is None or not p.conditions:
+            continue
+        parts = [EqualsCondition(cs[p.name], cs[c.parent], c.values[0]) if len(c.values) == 1
+                 else InCondition(cs[p.name], cs[c.parent], list(c.values)) for c in p.conditions]
+        cs.add(parts[0] if len(parts) == 1 else AndConjunction(*parts))
+    return cs
+
+
+class _ConditionalBOHB(TuneBOHBBase):
+    """Ray's ``TuneBOHB`` over a conditional space (:func:`config_space`), whose suggestions carry the
+    constants of the branches they take, as plain Python values.
+
+    Args:
+        spec: The validated spec, with a conditional space.
+        **kwargs: ``TuneBOHB``'s (``bohb_config``, ``seed``, ``points_to_evaluate``).
+    """
+
+    def __init__(self, spec: Spec, **kwargs: Any):
+        objective = spec.objectives[0] if spec.objectives else None
+        super().__init__(space=config_space(spec), metric=objective.metric if objective else None,
+                         mode=objective.mode if objective else None, **kwargs)
+        self.tuner_space = spec.space
+
+    def suggest(self, trial_id: str) -> dict | None:
+        from tuner.params import flatten, nest
+        from tuner.space import plain
+
+        config = super().suggest(trial_id)
+        if not isinstance(config, dict):
+            return config
+        flat = plain(flatten(config))
+        for p in self.tuner_space.order:
+            if p.dist is None and self.tuner_space.is_active(p, flat):
+                flat[p.name] = p.value
+        return nest(flat)
 
 
 class _OptunaSearch(OptunaSearch):
@@ -105,18 +245,24 @@ class _OptunaSearch(OptunaSearch):
       Optuna's ``Trial.set_constraint``, which TPE and NSGA-II/III read (Optuna 5's replacement
       of ``constraints_func``), and which ``Study.best_trials`` honours.
 
+    * A conditional space: the study suggests through :class:`DefineByRun`, given here with
+      the objectives (Tune gives neither to a searcher that has its own space).
+
     Args:
         sampler: The Optuna sampler.
         points: ``search.points_to_evaluate``, or None.
         spec: The validated spec.
+        space: A conditional space's define-by-run function, or None (Tune converts ``param_space``).
     """
 
-    def __init__(self, sampler: Any, points: list | None, spec: Spec):
+    def __init__(self, sampler: Any, points: list | None, spec: Spec, space: DefineByRun | None = None):
         objectives = spec.objectives or []
         several = len(objectives) > 1
-        super().__init__(sampler=sampler, points_to_evaluate=points,
-                         metric=[o.metric for o in objectives] if several else None,
-                         mode=[o.mode for o in objectives] if several else None)
+        # A space given here (a conditional one) keeps Tune from setting the metric later: give it now.
+        own = several or space is not None
+        super().__init__(space=space, sampler=sampler, points_to_evaluate=points,
+                         metric=([o.metric for o in objectives] if several else objectives[0].metric) if own else None,
+                         mode=([o.mode for o in objectives] if several else objectives[0].mode) if own else None)
         self.tuner_constraints = list(spec.constraints or [])
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:

@@ -640,7 +640,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
     from tuner.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
     from tuner.resources import check_fits, one_live_trial_note, trials_that_fit
     from tuner.scheduler_state import KeepsState, SchedulerStateCallback
-    from tuner.space import to_ray_space
+    from tuner.space import ray_num_samples, to_ray_space
     from tuner.trainable import build_trainable, checkpoint_config, driver_request, reuse_actors
 
     spec = prepared.spec
@@ -691,7 +691,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 mode=ranked.mode if ranked else None,
                 search_alg=searcher,
                 scheduler=scheduler,
-                num_samples=spec.num_samples,
+                num_samples=ray_num_samples(spec),
                 # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
                 max_concurrent_trials=None if basic else max_concurrent,
                 # No time_budget_s here: the ExperimentStopper keeps the budget, so that a

@@ -99,11 +99,14 @@ def spec_paths(space: Mapping[str, Any], root: str | None = "param_space") -> It
 def distributions(space: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """The sampled parameters of a ``param_space``, by name: ``[("opt/lr", LogUniform(...)), ...]``.
 
-    Constants are left out. In spec order.
+    Constants are left out. In spec order. A choice among sub-spaces ``model`` gives the
+    choice ``model/name`` of its branch names, then each branch's parameters
+    (``model/channels``; :func:`tuner.spec.conditions.expand`); a conditional parameter is
+    listed as any other (a trial's config may lack it).
     """
-    from tuner.spec import _Dist
+    from tuner.spec.conditions import expand
 
-    return [(name, value) for name, value in flatten(space).items() if isinstance(value, _Dist)]
+    return [(p.name, p.dist) for p in expand(space).params if p.dist is not None]
 
 
 def sampled_params(spec: Spec) -> list[str]:
@@ -112,4 +115,4 @@ def sampled_params(spec: Spec) -> list[str]:
     Args:
         spec: A :class:`tuner.spec.Spec`.
     """
-    return [name for name, _ in distributions(spec.param_space)]
+    return [p.name for p in spec.space.params if p.dist is not None]

@@ -643,6 +643,23 @@ def is_checkpoint_in_flight(obj: Any) -> bool:
 # --------------------------------------------------------------------------- reporters and logger callbacks
 
 
+class _BestTrialView:
+    """The best trial as Ray's ``_best_trial_str`` reads it (``trial_id``, ``last_result``), with a
+    None for each parameter column its config lacks: Ray's lookup raises ``KeyError`` on a
+    parameter that a conditional space left out. :meth:`tuner.reporting.TableReporter.edit_table`
+    then lists only the parameters the trial has."""
+
+    def __init__(self, trial: Any, columns: Any):
+        from tuner.params import flatten, nest
+
+        self.trial_id = trial.trial_id
+        result = trial.last_result or {}
+        flat = flatten(result.get("config") or {})
+        for name in (columns or []):
+            flat.setdefault(name, None)
+        self.last_result = {**result, "config": nest(flat)}
+
+
 class CLIReporterHooks:
     """Mixin before Ray's ``CLIReporter``: its private hooks under tuner's names (Ray 2.60).
 
@@ -661,7 +678,10 @@ class CLIReporterHooks:
         def edit_table(self, text: str, trials: list, delim: str) -> str: ...
 
     def _current_best_trial(self, trials: list):
-        return self.table_best_trial(trials)
+        trial, metric = self.table_best_trial(trials)
+        if trial is None:
+            return trial, metric
+        return _BestTrialView(trial, self._parameter_columns), metric  # type: ignore[attr-defined]
 
     def _progress_str(self, trials: list, done: bool, *sys_info: str, fmt: str = "psql", delim: str = "\n"):
         text = super()._progress_str(trials, done, *sys_info, fmt=fmt, delim=delim)  # type: ignore[misc]

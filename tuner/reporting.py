@@ -179,6 +179,7 @@ class TableReporter(CLIReporterHooks, CLIReporter):
         self.progress = progress
         self.location = location
         self.best = best
+        self.parameter_names = list(kwargs.get("parameter_columns") or [])
 
     def setup(self, *args, **kwargs) -> None:
         """Ray's setup at the start of each session (a run or a resume); the clocks start.
@@ -224,7 +225,13 @@ class TableReporter(CLIReporterHooks, CLIReporter):
         if trial is None:
             return line
         value = unflattened_lookup(metric, trial.last_result, default=None)
-        return line.replace(f" with {metric}={value} and ", f" with {last_value(metric, value)} and ", 1)
+        line = line.replace(f" with {metric}={value} and ", f" with {last_value(metric, value)} and ", 1)
+        head, said, _ = line.partition(" and parameters=")
+        if not said:
+            return line
+        config = flatten((trial.last_result or {}).get("config") or {})
+        # Only the parameters the trial has (a conditional space leaves the inactive ones out).
+        return f"{head} and parameters={ {name: config[name] for name in self.parameter_names if name in config} }"
 
     def report(self, trials: list, done: bool, *sys_info: str) -> None:
         """Print the table and, right under it, the progress line for the same trials."""

@@ -193,6 +193,29 @@ def user_traceback(error_file: Path, error: BaseException | None = None) -> str:
     return "\n".join(["Traceback (most recent call last):", *frames, *tail])
 
 
+def _conditional_columns(frame: pd.DataFrame, spec: Spec, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """A conditional space's ``results.csv``: the ``config/`` columns in spec order (a parameter that
+    the first trials lacked is not pushed to the end), blank where a trial lacks the parameter, and
+    an integer parameter written as an integer (pandas' ``Int64``; a blank would make it a float)."""
+    from tuner.spec.distributions import SubspaceChoice
+
+    order: list[str] = []
+    for name, value in flatten(spec.param_space).items():
+        if isinstance(value, SubspaceChoice):
+            order += [p.name for p in spec.space.params if p.name.startswith(name + "/")]
+        else:
+            order.append(name)
+    rank = {f"config/{name}": i for i, name in enumerate(order)}
+    config = sorted((c for c in frame.columns if c.startswith("config/")), key=lambda c: rank.get(c, len(rank)))
+    others = [c for c in frame.columns if not c.startswith("config/")]
+    frame = frame[others[:2] + config + others[2:]]
+    for column in config:
+        values = [row[column] for row in rows if column in row]
+        if len(values) < len(rows) and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[column] = frame[column].astype("Int64")
+    return frame
+
+
 def _last_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[-1] if text else type(error).__name__
@@ -255,6 +278,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
                       trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)),
                       on_front=lambda r: bool(r.get("pareto", True)))
     frame = pd.DataFrame(rows)
+    if spec.conditional:
+        frame = _conditional_columns(frame, spec, rows)
 
     best_config = best_metrics = best_ckpt = best_id = None
     best = _best(spec, grid, statuses, set(front) if spec.multi_objective else None, ids)

@@ -4,6 +4,20 @@ Each distribution type maps to the Ray Tune sampling function of the same name
 (``ray.tune.uniform``, ``ray.tune.qrandint``, ...). Under ``search: {algorithm: grid}``
 every ``choice`` and every range with ``grid_points`` becomes a ``tune.grid_search``,
 so Ray's ``BasicVariantGenerator`` runs the full cross product.
+
+A conditional space (:mod:`tuner.spec.conditions`) cannot be written as Ray sampling objects: Ray
+would sample every parameter, and could not leave an inactive one out. There:
+
+* grid and random search: the parameters that take part in a condition are drawn here
+  (:func:`presets`: parents first, then only the active children, each with Ray's own
+  sampler; or every valid grid combination once) and handed to Ray's ``BasicVariantGenerator``
+  as its ``points_to_evaluate``; :func:`to_ray_space` leaves an empty placeholder at their
+  keys (Ray needs the key to set a point's value), which the searcher drops from each
+  trial's config when the parameter is inactive (:class:`tuner.algorithms._ConditionalVariants`).
+  Every other parameter is Ray's, as without conditions.
+* optuna and bohb: the searcher holds the whole space (a define-by-run function, a
+  ConfigSpace with conditions; :mod:`tuner.algorithms`), and :func:`to_ray_space` gives Ray
+  the constants only.
 """
 
 from __future__ import annotations
@@ -15,10 +29,18 @@ from collections.abc import Mapping
 import numpy as np
 from ray import tune
 
-from tuner.params import distributions
+from tuner.params import distributions, flatten, nest
 from tuner.spec import Spec, _Dist
+from tuner.spec.conditions import Param
+from tuner.spec.distributions import SubspaceChoice
 
-__all__ = ["to_ray_space", "mutation_domain", "grid_values", "grid_size", "plain"]
+__all__ = ["to_ray_space", "mutation_domain", "grid_values", "grid_size", "plain", "presets", "ray_num_samples",
+           "ray_domain", "PLACEHOLDER", "drop_inactive"]
+
+#: The value :func:`to_ray_space` puts at a conditional parameter's key for grid and random search
+#: (a point to evaluate sets it, else :func:`drop_inactive` removes it): an empty mapping, which Ray
+#: neither samples nor puts in a trial's tag, and lets a point set (``_get_preset_variants``).
+PLACEHOLDER: dict = {}
 
 
 def grid_values(dist: _Dist) -> list[Any]:
@@ -83,6 +105,13 @@ def _to_ray(dist: _Dist, grid: bool) -> Any:
     return builders[dist.type]()
 
 
+def ray_domain(dist: _Dist) -> Any:
+    """A distribution as its Ray Tune sampling object (``tune.uniform(...)``; ``grid`` as ``tune.choice``)."""
+    if dist.type == "grid":
+        return tune.choice(list(dist.values))
+    return _to_ray(dist, grid=False)
+
+
 def mutation_domain(dist: _Dist) -> Any:
     """A distribution as PBT's ``hyperparam_mutations`` value (Ray's ``PopulationBasedTraining``).
 
@@ -111,9 +140,26 @@ def to_ray_space(spec: Spec) -> dict[str, Any]:
 
     Returns:
         A nested dict of Ray sampling objects (``tune.loguniform(...)``, ...),
-        ``tune.grid_search`` entries and plain constants, with the spec's nesting.
+        ``tune.grid_search`` entries and plain constants, with the spec's nesting. For a
+        conditional space: :data:`PLACEHOLDER` at the conditional parameters (grid and random
+        search), or the constants only (optuna, bohb: their searcher holds the space).
     """
     grid = spec.search.algorithm == "grid"
+    space = spec.space
+    if space.conditional:
+        whole = spec.search.algorithm in ("optuna", "bohb")
+        involved = space.conditional_names
+        out: dict[str, Any] = {}
+        for name, value in flatten(spec.param_space).items():
+            if isinstance(value, SubspaceChoice):
+                if not whole:
+                    out.update({p.name: PLACEHOLDER for p in space.params if p.name.startswith(name + "/")})
+            elif isinstance(value, _Dist):
+                if not whole:
+                    out[name] = PLACEHOLDER if name in involved else _to_ray(value, grid)
+            else:
+                out[name] = value
+        return nest(out)
 
     def convert(space: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -126,13 +172,98 @@ def to_ray_space(spec: Spec) -> dict[str, Any]:
     return convert(spec.param_space)
 
 
+def _conditional_grid(spec: Spec) -> list[dict[str, Any]]:
+    """Every valid combination of the conditional parameters (flat), each once."""
+    space = spec.space
+    return space.enumerate(lambda p: grid_values(p.dist), names=space.conditional_names)
+
+
+def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[str, Any]]:
+    """The configs of a conditional space's conditional parameters, for Ray's ``BasicVariantGenerator``.
+
+    * grid: every valid combination (:meth:`tuner.spec.conditions.Space.enumerate`), the
+      list repeated ``num_samples`` times;
+    * random: ``search.points_to_evaluate`` first, each completed by drawing the active
+      parameters it does not set, then fresh draws up to ``num_samples``. A draw takes the
+      parents first, then only the children they make active, each with Ray's sampler for
+      its type (``Domain.sample``), from one ``numpy.random.Generator`` seeded with
+      ``spec.seed``.
+
+    Args:
+        spec: The validated spec, with a conditional space.
+        count: Samples (random) or repeats of the grid to make; default ``spec.num_samples``.
+        start: Samples or repeats made before (a resume that raises ``num_samples``): the draws
+            continue from a different stream, and points to evaluate are not repeated.
+
+    Returns:
+        Nested partial configs (the conditional parameters of each trial), in trial order.
+    """
+    space = spec.space
+    count = spec.num_samples if count is None else count
+    if spec.search.algorithm == "grid":
+        return [nest(c) for c in _conditional_grid(spec)] * count
+    rng = np.random.default_rng(None if spec.seed is None else [spec.seed, start])
+    involved = space.conditional_names
+
+    def draw(p: Param) -> Any:
+        return plain(ray_domain(p.dist).sample(random_state=rng))
+
+    points = [] if start else list(getattr(spec.search, "points_to_evaluate", None) or [])
+    out = []
+    for point in points[:count]:
+        flat = flatten(point)
+        out.append(nest({**flat, **space.sample(draw, fixed=flat, names=involved)}))
+    out += [nest(space.sample(draw, names=involved)) for _ in range(count - len(out))]
+    return out
+
+
+def drop_inactive(config: dict[str, Any], spec: Spec) -> dict[str, Any]:
+    """Remove, in place, the :data:`PLACEHOLDER` left at the inactive parameters of a conditional
+    space, and a sub-space group left empty; returns ``config``."""
+    def prune(node: dict[str, Any]) -> None:
+        for key in list(node):
+            value = node[key]
+            if isinstance(value, dict) and value:
+                prune(value)
+            if isinstance(value, dict) and not value:
+                del node[key]
+
+    involved = spec.space.conditional_names
+    roots = {name.split("/", 1)[0] for name in involved}
+    for key in roots & set(config):
+        value = config[key]
+        if isinstance(value, dict):
+            prune(value)
+            if not value:
+                del config[key]
+        elif value == PLACEHOLDER:
+            del config[key]
+    return config
+
+
+def ray_num_samples(spec: Spec) -> int:
+    """``TuneConfig.num_samples`` for the spec: ``num_samples``, except for a conditional grid,
+    where each valid combination is one of Ray's samples (:func:`presets`)."""
+    if spec.conditional and spec.search.algorithm == "grid":
+        return len(_conditional_grid(spec)) * spec.num_samples
+    return spec.num_samples
+
+
 def grid_size(spec: Spec) -> int:
-    """Number of grid points (1 without grid parameters); trials = grid_size x num_samples."""
+    """Number of grid points (1 without grid parameters); trials = grid_size x num_samples.
+
+    For a conditional grid, the valid combinations of the conditional parameters (each once)
+    times the grid of the others.
+    """
     grid = spec.search.algorithm == "grid"
+    space = spec.space
+    involved = space.conditional_names if space.conditional and grid else frozenset()
     sizes = [
-        len(grid_values(v)) for _, v in distributions(spec.param_space)
-        if v.type == "grid" or (grid and (v.type == "choice" or getattr(v, "grid_points", None)))
+        len(grid_values(v)) for name, v in distributions(spec.param_space)
+        if name not in involved and (v.type == "grid" or (grid and (v.type == "choice" or getattr(v, "grid_points", None))))
     ]
+    if involved:
+        sizes.append(len(_conditional_grid(spec)))
     return math.prod(sizes) if sizes else 1
 
 

@@ -8,6 +8,7 @@ nested group of entries, or a constant.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 from collections.abc import Mapping
 
@@ -18,6 +19,41 @@ from typing_extensions import TypeAliasType
 from tuner.spec.errors import _fail
 from tuner.spec.fields import Float, Int, _Model
 
+#: A parameter's name in param_space: a letter or '_' first, then letters, digits, '_', '.', '-'.
+PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool))
+
+
+def _check_when(when: dict[str, Any] | None) -> None:
+    """``when``: one or more ``parent: value`` or ``parent: {in: [values]}`` conditions (AND-ed).
+
+    Which parents exist and which values they take is checked with the whole space
+    (:func:`tuner.spec.conditions.expand`).
+    """
+    if when is None:
+        return
+    if not when:
+        raise _fail("when", "when needs at least one condition, e.g. when: {optimizer: sgd}.")
+    for key, want in when.items():
+        if isinstance(want, Mapping):
+            values = want.get("in")
+            if set(want) != {"in"} or not isinstance(values, list) or not values:
+                raise _fail(f"when.{key}", f"a condition is `{key}: VALUE` or `{key}: {{in: [VALUE, ...]}}` (a "
+                            f"non-empty list), but got {dict(want)!r}.")
+            for i, v in enumerate(values):
+                if not _scalar(v):
+                    raise _fail(f"when.{key}.in.{i}", f"a condition's values are plain values (text, numbers, "
+                                f"true/false), but got {v!r}.")
+        elif isinstance(want, list):
+            raise _fail(f"when.{key}", f"to match several values write `{key}: {{in: {want!r}}}`; a bare list "
+                        "would be one value.")
+        elif not _scalar(want):
+            raise _fail(f"when.{key}", f"a condition's value is a plain value (text, a number, true/false) or "
+                        f"{{in: [...]}}, but got {want!r}.")
+
 
 def _check_multiple(name: str, value: float, q: float) -> None:
     if not math.isclose(value / q, round(value / q), rel_tol=1e-9, abs_tol=1e-12):
@@ -25,7 +61,18 @@ def _check_multiple(name: str, value: float, q: float) -> None:
 
 
 class _Dist(_Model):
-    """Common base of the distributions: the same names and meanings as Ray Tune's."""
+    """Common base of the distributions: the same names and meanings as Ray Tune's.
+
+    Every distribution may carry ``when``: the conditions under which the parameter exists
+    (:mod:`tuner.spec.conditions`).
+    """
+
+    when: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _when(self):
+        _check_when(self.when)
+        return self
 
     @model_validator(mode="after")
     def _range(self):
@@ -185,12 +232,76 @@ DISTRIBUTION_TYPES: tuple[str, ...] = tuple(
 Distribution = Annotated[Union[_DISTRIBUTIONS], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
 
 
+class SubspaceChoice(_Model):
+    """A choice among sub-spaces (NNI's nested choice): each branch is a mapping with a ``name``
+    and its own parameters (distributions, constants, groups, further sub-space choices).
+
+    The trial's config holds the branch taken, ``{"name": "cnn", "channels": 17, ...}``, with
+    only that branch's parameters. :func:`tuner.spec.conditions.expand` turns it into the
+    choice ``<key>/name`` of the branch names, and each branch's parameters into children
+    active when that branch is taken.
+    """
+
+    type: Literal["choice"]
+    values: list[dict[str, "ParamValue"]]
+    when: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _branches(self):
+        _check_when(self.when)
+        if not self.values:
+            raise _fail("values", "values must hold at least one branch, but got [].")
+        seen: dict[str, int] = {}
+        for i, branch in enumerate(self.values):
+            label = branch.get("name")
+            if not isinstance(label, str) or not label.strip():
+                raise _fail(f"values.{i}", "each branch of a choice among sub-spaces needs `name: TEXT` (the value the "
+                            f"config's `name` takes when the branch is picked), but got {label!r}.")
+            if label in seen:
+                raise _fail(f"values.{i}.name", f"branch name {label!r} is also branch {seen[label]}'s; each branch "
+                            "needs its own name.")
+            seen[label] = i
+            for key in branch:
+                if not PARAM_NAME.match(key):
+                    raise _fail(f"values.{i}.{key}", "parameter names must start with a letter or '_' and hold only "
+                                f"letters, digits, '_', '.' and '-', but got {key!r}.")
+        return self
+
+
+def _is_subspace_choice(value: Mapping) -> bool:
+    """A ``choice`` whose values are mappings that are named or hold a distribution; a choice of
+    plain, unnamed constant mappings stays a :class:`Choice` (Ray's ``tune.choice`` of dicts)."""
+    values = value.get("values")
+    if value.get("type") != "choice" or not isinstance(values, list) or not values:
+        return False
+    if not all(isinstance(v, Mapping) for v in values):
+        return any(isinstance(v, Mapping) and "name" in v for v in values)
+    return all("name" in v for v in values) or any(
+        isinstance(x, Mapping) and "type" in x for v in values for x in v.values())
+
+
 def _param_kind(value: Any) -> str:
+    if isinstance(value, SubspaceChoice):
+        return "<subspaces>"
     if isinstance(value, _Dist):
         return "<dist>"
     if isinstance(value, Mapping):
-        return "<dist>" if "type" in value else "<nested>"
+        if "type" not in value:
+            return "<nested>"
+        return "<subspaces>" if _is_subspace_choice(value) else "<dist>"
     return "<const>"
+
+
+def _param_label(dist: _Dist) -> str:
+    """A distribution in a few words: ``uniform [0.5, 0.99)``, ``choice [sgd, adam]``."""
+    if dist.type in ("choice", "grid"):
+        return f"{dist.type} [{', '.join(str(v) for v in dist.values)}]"
+    if dist.type in ("randn", "qrandn"):
+        return f"{dist.type} (mean {dist.mean:g}, sd {dist.sd:g})"
+    q = getattr(dist, "q", None)
+    close = "]" if q and not (dist.type.endswith("randint") and q == 1) else ")"
+    step = f" step {q:g}" if q and q != 1 else ""
+    return f"{dist.type} [{dist.low:g}, {dist.high:g}{close}{step}"
 
 
 if TYPE_CHECKING:  # a recursive pydantic alias that mypy cannot resolve
@@ -200,10 +311,13 @@ else:
         "ParamValue",
         Annotated[
             Annotated[Distribution, Tag("<dist>")]
+            | Annotated[SubspaceChoice, Tag("<subspaces>")]
             | Annotated[dict[str, "ParamValue"], Tag("<nested>")]
             | Annotated[Any, Tag("<const>")],
             Discriminator(_param_kind),
         ],
     )
+
+SubspaceChoice.model_rebuild()
 
 _DIST_KEYS = {k for c in _DISTRIBUTIONS for k in c.model_fields}

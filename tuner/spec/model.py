@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuner.params import spec_paths
-from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, ParamValue, _Dist
+from tuner.params import flatten, spec_paths
+from tuner.spec.conditions import Space, expand
+from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, _Dist
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
 from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Constraint, Failure,
@@ -24,7 +25,6 @@ from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, C
                                  SchedulerConfig, SearchConfig)
 
 
-_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _TRAINABLE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:]+\.py):[A-Za-z_]\w*$")
 _NEEDS_METRIC = {"asha", "hyperband", "bohb", "median", "pbt", "pb2"}
@@ -69,6 +69,7 @@ class Spec(_Model):
     _source: str | None = PrivateAttr(default=None)
     _marks: dict = PrivateAttr(default_factory=dict)
     _origins: dict = PrivateAttr(default_factory=dict)
+    _space: Space | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -224,12 +225,16 @@ class Spec(_Model):
     def _param_names(cls, value: dict) -> dict:
         def walk(space: Mapping, prefix: str) -> None:
             for key, sub in space.items():
-                if not _PARAM_NAME.match(key):
+                if not PARAM_NAME.match(key):
                     raise _fail(
                         prefix + key,
                         f"parameter names must start with a letter or '_' and hold only letters, digits, "
                         f"'_', '.' and '-', but got {key!r}.",
                     )
+                if key == "when" and isinstance(sub, dict):
+                    raise _fail(prefix + key, "`when` goes on a parameter (a mapping with `type`) to say when it "
+                                "exists; a group of parameters cannot have one: put `when` on each of them, or make "
+                                "the group a branch of a choice among sub-spaces.")
                 if isinstance(sub, dict):
                     looks = set(sub) <= _DIST_KEYS and ({"low", "high"} <= set(sub) or "values" in sub)
                     if looks:
@@ -276,12 +281,14 @@ class Spec(_Model):
             field = "scheduler.max_t" if max_t is not None else "scheduler.grace_period"
             raise _fail(field, f"`grace_period <= max_t` must hold, but got (grace_period={grace}, "
                         f"max_t={self.scheduler_max_t}).")
-        for path, dist in spec_paths(self.param_space):
-            _check_param_for_search(path, dist, algo)
+        for param in self.space.params:
+            _check_param_for_search(param.path, param.dist, algo)
+        self._check_conditions()
         if sched in POPULATION_SCHEDULERS:
             self._check_population()
         if self.oom_backoff is not None:
-            names = [p for p, _ in spec_paths(self.param_space, root=None)]
+            names = [p.dotted for p in self.space.params if p.dist is not None] + \
+                [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, _Dist)]
             if self.oom_backoff not in names:
                 hint = _closest(self.oom_backoff, names)
                 guess = f"; did you mean '{hint}'?" if hint else "."
@@ -343,6 +350,41 @@ class Spec(_Model):
                         "search random.")
 
     @property
+    def space(self) -> Space:
+        """``param_space`` expanded: every parameter with its conditions (:mod:`tuner.spec.conditions`)."""
+        if self._space is None:
+            self._space = expand(self.param_space)
+        return self._space
+
+    @property
+    def conditional(self) -> bool:
+        """Whether ``param_space`` has a condition (a ``when``, or a choice among sub-spaces)."""
+        return self.space.conditional
+
+    def _check_conditions(self) -> None:
+        """What a conditional space asks of the searcher: random search samples a grid parameter only as a
+        plain one; points to evaluate set only parameters their other values make active."""
+        space = self.space
+        if not space.conditional:
+            return
+        involved = space.conditional_names
+        if self.search.algorithm == "random":
+            for p in space.params:
+                if p.dist is not None and p.dist.type == "grid" and p.name in involved:
+                    raise _fail(p.path + ".type", f"{p.dotted} is a grid parameter that takes part in a condition, "
+                                "but random search enumerates grid values only across the whole space, which a "
+                                "condition splits; use type choice (sampled), or search grid (every valid "
+                                "combination once).")
+        for i, point in enumerate(getattr(self.search, "points_to_evaluate", None) or []):
+            flat = flatten(point)
+            for p in space.params:
+                if p.name in flat and p.conditions and not space.is_active(p, flat) and \
+                        all(c.parent in flat for c in p.conditions):
+                    raise _fail(f"search.points_to_evaluate.{i}.{p.dotted}", f"this point sets {p.dotted}, which "
+                                f"exists only when {' and '.join(c.describe() for c in p.conditions)}, but the point "
+                                "says otherwise; drop it from the point.")
+
+    @property
     def multi_objective(self) -> bool:
         """Whether the spec has two or more objectives."""
         return len(self.objectives or []) > 1
@@ -369,7 +411,13 @@ class Spec(_Model):
         params = dict(spec_paths(self.param_space, root=None))
         field = "mutations" if s.type == "pbt" else "bounds"
         given = getattr(s, field)
+        conditional = self._conditional_dotted()
         for name in given or {}:
+            if name in conditional:
+                raise _fail(f"scheduler.{field}.{name}", f"{name} takes part in a condition (a `when`, or a choice "
+                            f"among sub-spaces), and {s.type} would perturb it in every trial, where it may not "
+                            f"exist or would change which parameters exist; {s.type} mutates only unconditional "
+                            "parameters, so drop it from " + field + ".")
             if name not in params:
                 hint = _closest(name, params)
                 guess = f"; did you mean '{hint}'?" if hint else "."
@@ -409,7 +457,14 @@ class Spec(_Model):
             return {}
         if self.scheduler.mutations is not None:
             return dict(self.scheduler.mutations)
-        return {name: d for name, d in spec_paths(self.param_space, root=None) if isinstance(d, _Dist)}
+        conditional = self._conditional_dotted()
+        return {name: d for name, d in spec_paths(self.param_space, root=None)
+                if isinstance(d, _Dist) and name not in conditional}
+
+    def _conditional_dotted(self) -> set[str]:
+        """Dotted names of the parameters that take part in a condition: never perturbed by PBT/PB2."""
+        involved = self.space.conditional_names
+        return {p.dotted for p in self.space.params if p.name in involved}
 
     @property
     def population_bounds(self) -> dict[str, tuple[float, float]]:
@@ -422,8 +477,9 @@ class Spec(_Model):
             return {}
         if self.scheduler.bounds is not None:
             return {k: (float(v[0]), float(v[1])) for k, v in self.scheduler.bounds.items()}
+        conditional = self._conditional_dotted()
         return {name: (float(d.low), float(d.high)) for name, d in spec_paths(self.param_space, root=None)
-                if isinstance(d, _Dist) and d.is_numeric_range}
+                if isinstance(d, _Dist) and d.is_numeric_range and name not in conditional}
 
     @property
     def scheduler_max_t(self) -> int:

@@ -1,0 +1,400 @@
+"""The structure of a conditional ``param_space``: which parameter exists when.
+
+A parameter with ``when: {parent: value}`` (or ``{parent: {in: [v1, v2]}}``; several keys are
+AND-ed) is *active* only while each named parent is active and takes one of those values. A
+*sub-space choice* (``type: choice`` whose values are mappings with a ``name``) picks one
+branch, and each branch brings its own parameters. An inactive parameter is absent from the
+trial's config: not None, not a default.
+
+:func:`expand` turns a ``param_space`` into a :class:`Space`: one flat list of
+:class:`Param` (a sub-space choice ``model`` becomes the choice ``model/name`` of its branch
+names, and a branch's parameters ``model/<key>`` get the condition ``model/name == branch``),
+each with its :class:`Condition` s, checked (every refusal raises with the field's path, so
+:func:`tuner.spec.load_spec` reports ``file:line:col``). :meth:`Space.sample` draws a
+config parents first; :meth:`Space.enumerate` lists every valid combination of a grid, each
+once. No Ray here: the draws and the grid values come from the caller.
+
+The model is ConfigSpace's conditions (``EqualsCondition``, ``InCondition``,
+``AndConjunction``) and Optuna's define-by-run spaces, written as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.spec.distributions import Choice, SubspaceChoice, _Dist, _param_label
+from tuner.spec.errors import _allowed, _closest, _fail
+
+__all__ = ["Condition", "Param", "Space", "expand", "PARENT_TYPES", "BRANCH_KEY"]
+
+#: Joins the parts of a parameter's name (as :data:`tuner.params.NAME_SEP`, which imports it).
+SEP = "/"
+#: The key that names a branch of a sub-space choice, and the config key that holds the branch taken.
+BRANCH_KEY = "name"
+#: Distribution types a condition may name as its parent: the ones with countable values.
+PARENT_TYPES = ("choice", "grid", "randint", "qrandint", "lograndint", "qlograndint")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition of a parameter: its parent takes one of ``values``.
+
+    Attributes:
+        parent: The parent's name (``optimizer``, ``model/name``).
+        values: The parent's values under which the condition holds.
+        path: The condition's field in the spec (``param_space.momentum.when.optimizer``).
+    """
+
+    parent: str
+    values: tuple
+    path: str = ""
+
+    def holds(self, value: Any) -> bool:
+        """Whether the parent's ``value`` meets the condition (``True`` never equals ``1`` here)."""
+        return any(_same(value, v) for v in self.values)
+
+    def describe(self) -> str:
+        """``optimizer = sgd``, ``layers in [2, 3]``."""
+        if len(self.values) == 1:
+            return f"{self.parent} = {_show(self.values[0])}"
+        return f"{self.parent} in [{', '.join(_show(v) for v in self.values)}]"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of the expanded space.
+
+    Attributes:
+        name: Its name, parts joined by ``/`` (``lr``, ``opt/lr``, ``model/channels``): the
+            config's nesting and ``results.csv``'s ``config/<name>`` column.
+        path: Its field in the spec (``param_space.model.values.0.channels``).
+        dist: Its distribution, or None for a constant of a sub-space branch.
+        value: The constant (when ``dist`` is None).
+        conditions: What must hold for it to be active (all of them); empty for an
+            unconditional parameter.
+    """
+
+    name: str
+    path: str
+    dist: _Dist | None
+    value: Any = None
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        """The name with ``.`` (``model.channels``), as ``oom_backoff`` and ``scheduler.mutations`` name it."""
+        return self.name.replace(SEP, ".")
+
+
+@dataclass(frozen=True)
+class Space:
+    """A ``param_space``'s parameters and their conditions (see the module docstring).
+
+    Attributes:
+        params: Every sampled parameter and every constant of a branch, in spec order
+            (a sub-space choice's ``name`` first, then its branches' parameters).
+        order: The same parameters with every parent before its children: the order a
+            config is drawn in.
+    """
+
+    params: tuple[Param, ...]
+    order: tuple[Param, ...] = field(default=())
+
+    @property
+    def conditional(self) -> bool:
+        """Whether any parameter has a condition (or the space has a sub-space choice)."""
+        return any(p.conditions for p in self.params)
+
+    @property
+    def parents(self) -> frozenset[str]:
+        """Names of the parameters that some condition names."""
+        return frozenset(c.parent for p in self.params for c in p.conditions)
+
+    @property
+    def conditional_names(self) -> frozenset[str]:
+        """Names of the parameters that take part in a condition: the parents and their children."""
+        return frozenset(p.name for p in self.params if p.conditions) | self.parents
+
+    def get(self, name: str) -> Param | None:
+        """The parameter called ``name`` (``/``-joined), or None."""
+        return next((p for p in self.params if p.name == name), None)
+
+    def is_active(self, param: Param, config: Mapping[str, Any]) -> bool:
+        """Whether ``param`` is active given the values of its parents in ``config``.
+
+        Args:
+            param: One of :attr:`params`.
+            config: Flat config (``/``-joined names -> values) holding the active parents;
+                a parent absent from it is inactive, and so is every child of it.
+        """
+        return all(c.parent in config and c.holds(config[c.parent]) for c in param.conditions)
+
+    def active(self, config: Mapping[str, Any]) -> list[Param]:
+        """The parameters active in a flat ``config`` (names -> values), in spec order."""
+        return [p for p in self.params if self.is_active(p, config)]
+
+    def sample(self, draw: Callable[[Param], Any], fixed: Mapping[str, Any] | None = None,
+               names: frozenset[str] | None = None) -> dict[str, Any]:
+        """Draw one config: parents first, then only the children their values make active.
+
+        Args:
+            draw: Draws a value for a sampled parameter (a constant's value is taken as is).
+            fixed: Values to keep (a point to evaluate), flat; an inactive one is dropped.
+            names: Only these parameters (and the parents they need); default every one.
+
+        Returns:
+            Flat config: ``/``-joined names -> values, active parameters only.
+        """
+        config: dict[str, Any] = {}
+        for p in self.order:
+            if names is not None and p.name not in names:
+                continue
+            if not self.is_active(p, config):
+                continue
+            if fixed is not None and p.name in fixed:
+                config[p.name] = fixed[p.name]
+            else:
+                config[p.name] = draw(p) if p.dist is not None else p.value
+        return config
+
+    def enumerate(self, values: Callable[[Param], list], names: frozenset[str] | None = None) -> list[dict[str, Any]]:
+        """Every valid combination of a grid, each once (no two differ only in inactive parameters).
+
+        Args:
+            values: A sampled parameter's grid values (:func:`tuner.space.grid_values`).
+            names: Only these parameters (and their parents); default every one.
+
+        Returns:
+            Flat configs, the first parameter's values varying slowest.
+        """
+        order = [p for p in self.order if names is None or p.name in names]
+
+        def walk(i: int, config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            if i == len(order):
+                yield dict(config)
+                return
+            p = order[i]
+            if not self.is_active(p, config):
+                yield from walk(i + 1, config)
+                return
+            for v in (values(p) if p.dist is not None else [p.value]):
+                config[p.name] = v
+                yield from walk(i + 1, config)
+                del config[p.name]
+
+        return list(walk(0, {}))
+
+    def tree(self) -> list[str]:
+        """The space as an indented tree, each child under its first condition's parent, with all of
+        its conditions: ``  momentum  uniform [0.5, 0.99)  when optimizer = sgd``."""
+        lines: list[str] = []
+        shown: set[str] = set()
+
+        def show(p: Param, depth: int) -> None:
+            what = _param_label(p.dist) if p.dist is not None else f"= {_show(p.value)}"
+            when = f"  when {' and '.join(c.describe() for c in p.conditions)}" if p.conditions else ""
+            lines.append(f"{'  ' * depth}{p.name}  {what}{when}")
+            shown.add(p.name)
+            for child in self.params:
+                if child.name not in shown and child.conditions and child.conditions[0].parent == p.name:
+                    show(child, depth + 1)
+
+        for p in self.params:
+            if p.name not in shown and not p.conditions:
+                show(p, 0)
+        for p in self.params:  # a child whose first parent is itself shown later in spec order
+            if p.name not in shown:
+                show(p, 0)
+        return lines
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _show(v: Any) -> str:
+    return str(v) if not isinstance(v, str) else v
+
+
+def _in_domain(dist: _Dist, value: Any) -> bool:
+    """Whether a parent distribution can take ``value`` (the values of a choice or grid, an integer range's integers)."""
+    if dist.type in ("choice", "grid"):
+        return any(_same(value, v) for v in dist.values)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    q = getattr(dist, "q", 1) or 1
+    if q == 1:  # randint, lograndint: high exclusive; qrandint/qlograndint with q=1 too (Ray's sampling)
+        return dist.low <= value < dist.high
+    return dist.low <= value <= dist.high and value % q == 0
+
+
+def _domain_text(dist: _Dist) -> str:
+    if dist.type in ("choice", "grid"):
+        return f"one of {list(dist.values)}"
+    q = getattr(dist, "q", 1) or 1
+    if q == 1:
+        return f"an integer in [{dist.low}, {dist.high})"
+    return f"a multiple of {q} in [{dist.low}, {dist.high}]"
+
+
+@dataclass
+class _Raw:
+    """A parameter while the space is being expanded: its own `when` still unresolved."""
+
+    name: str
+    path: str
+    dist: _Dist | None
+    value: Any
+    scope: str  # the name prefix its `when` keys are looked up in first
+    inherited: list[Condition]
+    when: dict[str, Any]
+
+
+def expand(space: Mapping[str, Any], root: str = "param_space") -> Space:
+    """Expand and check a ``param_space``: sub-space choices, ``when`` conditions, the order.
+
+    Args:
+        space: The validated ``param_space`` (distributions already built).
+        root: The path of ``space`` in the spec, for error paths.
+
+    Returns:
+        The :class:`Space`.
+
+    Raises:
+        pydantic_core.PydanticCustomError: A condition naming an unknown parameter, a
+            constant, or a continuous one (a condition needs countable values); a value
+            the parent cannot take; a cycle; a sub-space choice whose branches lack
+            distinct names; a parameter in two branches with different distributions.
+            The error's field is the spec path of the faulty key.
+    """
+    raws: list[_Raw] = []
+    constants: dict[str, str] = {}  # name -> path, for "a constant cannot be a parent"
+    choices: dict[str, str] = {}  # a sub-space choice's name -> the name of its branch-name parameter
+
+    def walk(out: list[_Raw], tree: Mapping[str, Any], prefix: str, path: str, inherited: list[Condition]) -> None:
+        for key, value in tree.items():
+            name, here = f"{prefix}{key}", f"{path}.{key}"
+            if isinstance(value, SubspaceChoice):
+                label = f"{name}{SEP}{BRANCH_KEY}"
+                choices[name] = label
+                choice = Choice(type="choice", values=[b[BRANCH_KEY] for b in value.values])
+                out.append(_Raw(label, here, choice, None, prefix, list(inherited), dict(value.when or {})))
+                merged: dict[str, _Raw] = {}
+                for i, branch in enumerate(value.values):
+                    cond = Condition(label, (branch[BRANCH_KEY],), f"{here}.values.{i}")
+                    sub: list[_Raw] = []
+                    walk(sub, {k: v for k, v in branch.items() if k != BRANCH_KEY}, f"{name}{SEP}",
+                         f"{here}.values.{i}", [*inherited, cond])
+                    for r in sub:
+                        first = merged.get(r.name)
+                        if first is None:
+                            merged[r.name] = r
+                            out.append(r)
+                        else:
+                            _merge_shared(first, r, len(inherited))
+            elif isinstance(value, _Dist):
+                out.append(_Raw(name, here, value, None, prefix, list(inherited), dict(value.when or {})))
+            elif isinstance(value, Mapping):
+                walk(out, value, f"{name}{SEP}", here, inherited)
+            elif inherited:  # a constant inside a branch: present only when the branch is taken
+                out.append(_Raw(name, here, None, value, prefix, list(inherited), {}))
+            else:
+                constants[name] = here
+
+    walk(raws, space, "", root, [])
+    by_name = {r.name: r for r in raws}
+    params = [_resolve(r, by_name, choices, constants) for r in raws]
+    return Space(tuple(params), tuple(_topological(params)))
+
+
+def _merge_shared(first: _Raw, again: _Raw, depth: int) -> None:
+    """A parameter met again in a later branch of the same sub-space choice: one parameter, active
+    in either branch, if both are the same; else refused."""
+    if (first.dist, first.value, first.when, len(first.inherited)) != \
+            (again.dist, again.value, again.when, len(again.inherited)):
+        raise _fail(again.path, f"{again.name.rsplit(SEP, 1)[-1]!r} is also in branch "
+                    f"{first.inherited[depth].values[0]!r} ({first.path}), differently; a parameter that branches "
+                    "share must be the same in each (it is one parameter, active in either), else give each "
+                    "branch's its own name.")
+    mine = first.inherited[depth]
+    first.inherited[depth] = Condition(mine.parent, (*mine.values, *again.inherited[depth].values), mine.path)
+
+
+def _resolve(r: _Raw, by_name: Mapping[str, _Raw], choices: Mapping[str, str], constants: Mapping[str, str]) -> Param:
+    """``when``'s keys -> conditions: a key names a sibling first (``kernel`` in a branch), then a
+    parameter by its dotted path (``opt.name``); a sub-space choice stands for its branch name."""
+    conditions = list(r.inherited)
+    for key, want in r.when.items():
+        where = f"{r.path}.when.{key}"
+        parent = None
+        for candidate in (f"{r.scope}{key}", key.replace(".", SEP)):
+            candidate = choices.get(candidate, candidate)
+            if candidate in by_name or candidate in constants:
+                parent = candidate
+                break
+        sampled = [p.name.replace(SEP, ".") for p in by_name.values()
+                   if p.dist is not None and p.dist.type in PARENT_TYPES and p.name != r.name]
+        if parent is None:
+            hint = _closest(key, sampled)
+            guess = f"; did you mean '{hint}'?" if hint else "."
+            raise _fail(where, f"when names {key!r}, which is not a parameter of param_space{guess} A condition's "
+                        f"parent must be a choice, grid or integer parameter: {_allowed(sampled) or '(none)'}.")
+        if parent == r.name:
+            raise _fail(where, f"{r.name.replace(SEP, '.')} cannot depend on itself: a condition names another "
+                        "parameter.")
+        if parent in constants:
+            raise _fail(where, f"when names {key!r}, a constant, which is always the same: a condition's parent "
+                        f"must be a sampled choice, grid or integer parameter: {_allowed(sampled) or '(none)'}.")
+        dist = by_name[parent].dist
+        if dist is None:
+            raise _fail(where, f"when names {key!r}, a constant of a branch: name the sub-space choice itself "
+                        "(its value is the branch's name) instead.")
+        if dist.type not in PARENT_TYPES:
+            raise _fail(where, f"when names {key!r}, a {dist.type} parameter: a condition needs a parent with "
+                        "countable values (choice, grid, randint, qrandint, lograndint, qlograndint, or a sub-space "
+                        f"choice), since a {dist.type} value matches a given one with probability zero.")
+        if isinstance(want, Mapping):
+            values, at = tuple(want["in"]), [f"{where}.in.{i}" for i in range(len(want["in"]))]
+        else:
+            values, at = (want,), [where]
+        for v, place in zip(values, at):
+            if not _in_domain(dist, v):
+                raise _fail(place, f"{key} is {_domain_text(dist)}, so it can never be {v!r}; a condition's "
+                            "values must be values its parent takes.")
+        conditions.append(Condition(parent, values, where))
+    return Param(r.name, r.path, r.dist, r.value, tuple(conditions))
+
+
+def _topological(params: list[Param]) -> list[Param]:
+    """Parents before children, else spec order (Kahn's algorithm); a cycle is refused."""
+    by_name = {p.name: p for p in params}
+    done: list[Param] = []
+    placed: set[str] = set()
+    left = list(params)
+    while left:
+        ready = [p for p in left if all(c.parent in placed for c in p.conditions)]
+        if not ready:
+            cycle = _find_cycle(left, by_name)
+            first = by_name[cycle[0]]
+            where = next(c.path for c in first.conditions if c.parent == cycle[1])
+            raise _fail(where, f"the conditions form a cycle: {' -> '.join(n.replace(SEP, '.') for n in cycle)}; "
+                        "each parameter can depend only on parameters that do not depend on it.")
+        for p in ready:
+            placed.add(p.name)
+            done.append(p)
+        left = [p for p in left if p.name not in placed]
+    return done
+
+
+def _find_cycle(left: list[Param], by_name: Mapping[str, Param]) -> list[str]:
+    """A cycle among parameters none of which could be placed: follow first unplaced parents."""
+    names = {p.name for p in left}
+    node = left[0].name
+    seen: list[str] = []
+    while node not in seen:
+        seen.append(node)
+        node = next(c.parent for c in by_name[node].conditions if c.parent in names)
+    cycle = seen[seen.index(node):]
+    return [*cycle, cycle[0]]
