@@ -454,7 +454,8 @@ class Spec(_Model):
 
     @property
     def population_mutations(self) -> dict[str, Any]:
-        """PBT's mutations: ``scheduler.mutations``, else every sampled parameter of ``param_space``.
+        """PBT's mutations: ``scheduler.mutations``, else every sampled parameter of ``param_space`` that
+        takes part in no condition (PBT would perturb it in trials where it is inactive).
 
         Returns:
             Parameter name (dotted, as ``oom_backoff``) -> its distribution; empty for other schedulers.
@@ -474,7 +475,8 @@ class Spec(_Model):
 
     @property
     def population_bounds(self) -> dict[str, tuple[float, float]]:
-        """PB2's bounds: ``scheduler.bounds``, else every numeric range of ``param_space`` (``[low, high]``).
+        """PB2's bounds: ``scheduler.bounds``, else every numeric range of ``param_space`` (``[low, high]``)
+        that takes part in no condition.
 
         Returns:
             Parameter name (dotted) -> ``(low, high)``; empty for other schedulers.
