@@ -607,6 +607,11 @@ def describe_search(spec: Spec) -> list[str]:
         "bohb": "bohb (TuneBOHB, hpbandster)",
     }[spec.search.algorithm]
     seed = f", seed {spec.seed}" if spec.seed is not None else ""
+    if spec.conditional:
+        seed += {"grid": ", only the valid combinations of the conditional parameters",
+                 "random": ", conditional parameters drawn parents first",
+                 "optuna": ", a define-by-run space from the conditions",
+                 "bohb": ", a ConfigSpace with the conditions"}[spec.search.algorithm]
     lines = [f"searcher:   {search}{seed}"]
     target = f"{s.time_attr}" if s.time_attr != "training_iteration" else "iterations"
     if s.type == "fifo":
