@@ -316,18 +316,34 @@ def _hparam_value(value: Any) -> Any:
     return None if value is None else str(value)
 
 
-def _domain(dist: Any, param: Any) -> dict[str, Any]:
+def _domain(versions: list) -> dict[str, Any]:
     """A sampled parameter's domain for the HParams summary: its distribution as a dict
     (``type``, ``low``/``high`` or ``values``), and for a conditional parameter ``when``, its
     conditions as text (``optimizer = sgd``, ``model/name = cnn``), not the spec's raw ``when``.
 
+    A config key that branches of a sub-space choice define each their own way
+    (``optimizer/lr`` and ``optimizer/lr@adam``) gets the union of its versions' domains (the
+    values of all, or the lowest ``low`` to the highest ``high``; unbounded when they mix),
+    and their conditions joined by ``or``.
+
     Args:
-        dist: Its distribution (:func:`tuner.params.distributions`).
-        param: Its :class:`tuner.spec.conditions.Param` (``spec.space.get(name)``), or None.
+        versions: The :class:`tuner.spec.conditions.Param` s of the key (``spec.space.params``),
+            those with a distribution.
     """
-    domain = dist.model_dump(exclude={"when"})
-    if param is not None and param.conditions:
-        domain["when"] = " and ".join(c.describe() for c in param.conditions)
+    dumps = [p.dist.model_dump(exclude={"when"}) for p in versions if p.dist is not None]
+    domain = dumps[0]
+    if len(dumps) > 1:
+        if all("values" in d for d in dumps):
+            domain = {"type": "choice", "values": [v for d in dumps for v in d["values"]]}
+        elif all("low" in d and "high" in d for d in dumps):
+            domain = {"type": " | ".join(dict.fromkeys(d["type"] for d in dumps)),
+                      "low": min(d["low"] for d in dumps), "high": max(d["high"] for d in dumps)}
+        else:
+            domain = {"type": " | ".join(dict.fromkeys(d["type"] for d in dumps))}
+    if versions and all(p.conditions for p in versions):
+        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
+        domain["when"] = texts[0] if len(texts) == 1 else \
+            " or ".join(f"({t})" if " and " in t else t for t in texts)
     return domain
 
 
@@ -358,7 +374,8 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
         super().__init__()
         self._folder = folder
         self._params = sampled_params(spec)
-        self._domains = {name: _domain(dist, spec.space.get(name)) for name, dist in distributions(spec.param_space)}
+        self._domains = {name: _domain([p for p in spec.space.params if p.key == name])
+                         for name, _ in distributions(spec.param_space)}
         self._metric = spec.metric
         self._metrics: dict[str, None] = {}
         self._failed = False

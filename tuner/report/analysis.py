@@ -13,7 +13,6 @@ import pandas as pd
 from tuner import pareto
 from tuner.best import ERROR, is_finite_number
 from tuner.layout import RUN_RECORD
-from tuner.params import distributions
 from tuner.report.loading import Experiment, _numeric, _py, _read_json
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
@@ -183,8 +182,7 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
     if len(values) < 2:
         facts["note"] = f"needs at least 2 trials with a finite {exp.metric}"
         return facts
-    log_params = {name for name, d in distributions(exp.spec.param_space)
-                  if "log" in d.type} if exp.spec else set()
+    log_params = {name for name in exp.params if exp.log_scale(name)}
     with_value = t["trial_id"].isin(list(values))
     dists: dict[str, Any] = {}
     for name in exp.params:

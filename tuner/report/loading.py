@@ -162,13 +162,34 @@ class Experiment:
             return pd.Series(False, index=self.trials.index)
         return col.map(lambda v: _py(v) is not None).astype(bool)
 
+    def _versions(self, name: str) -> list:
+        """The spec's parameters (:class:`tuner.spec.conditions.Param`) under the config key ``name``:
+        one, or one per branch that defines the key its own way (``optimizer/lr``, ``optimizer/lr@adam``)."""
+        return [p for p in self.spec.space.params if p.key == name] if self.spec is not None else []
+
     def condition(self, name: str) -> str | None:
-        """When the parameter ``name`` is active, from the spec: ``optimizer = sgd``,
-        ``model/name = cnn and layers in [2, 3]``; None for an unconditional parameter or without a spec."""
-        param = self.spec.space.get(name) if self.spec is not None else None
-        if param is None or not param.conditions:
+        """When the parameter ``name`` (a config key) is active, from the spec: ``optimizer = sgd``,
+        ``model/name = cnn and layers in [2, 3]``; for a key that branches define each their own way,
+        each version's condition joined by ``or``. None for an unconditional parameter or without a spec."""
+        versions = self._versions(name)
+        if not versions or any(not p.conditions for p in versions):
             return None
-        return " and ".join(c.describe() for c in param.conditions)
+        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
+        if len(texts) == 1:
+            return texts[0]
+        return " or ".join(f"({t})" if " and " in t else t for t in texts)
+
+    def log_scale(self, name: str) -> bool | None:
+        """Whether the spec samples the parameter ``name`` on a log scale (every version of the key,
+        for a key that branches define each their own way); None without a spec or distribution."""
+        dists = [p.dist for p in self._versions(name) if p.dist is not None]
+        return all("log" in d.type for d in dists) if dists else None
+
+    def param_type(self, name: str) -> str | None:
+        """The spec's distribution type of the parameter ``name`` (``uniform``; ``uniform | loguniform``
+        for a key whose versions differ); None without a spec."""
+        types = [p.dist.type for p in self._versions(name) if p.dist is not None]
+        return " | ".join(dict.fromkeys(types)) or None
 
     @property
     def conditional_keys(self) -> list[str]:
@@ -176,7 +197,7 @@ class Experiment:
         its parameters with a condition (a ``when``, or a branch of a sub-space choice: a branch's
         constants too); without one, the ``config/`` columns that some trials lack."""
         if self.spec is not None:
-            return [p.name for p in self.spec.space.params if p.conditions]
+            return list(dict.fromkeys(p.key for p in self.spec.space.params if p.conditions))
         names = [c[len("config/"):] for c in self.trials.columns if c.startswith("config/")]
         return [n for n in names if not self.active(n).all() and self.active(n).any()]
 

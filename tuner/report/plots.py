@@ -16,7 +16,7 @@ from typing import Any
 
 from tuner.best import has_result, is_finite_number
 from tuner.files import atomic_write
-from tuner.params import distributions, flatten
+from tuner.params import flatten
 from tuner.report.analysis import (active_label, budget, importance_facts, objective_points, pareto_facts,
                                    scheduler_rungs)
 from tuner.report.loading import Experiment, _numeric, _py
@@ -98,10 +98,9 @@ def _param_values(exp: Experiment, name: str) -> tuple[list, bool, list | None]:
 
 
 def _log_param(exp: Experiment, name: str, vals: list) -> bool:
-    if exp.spec:
-        for n, d in distributions(exp.spec.param_space):
-            if n == name:
-                return "log" in d.type
+    log = exp.log_scale(name)
+    if log is not None:  # the spec's distribution
+        return log
     pos = [v for v in vals if v is not None and v > 0]
     return len(pos) == len(vals) and bool(pos) and max(pos) / min(pos) > 100
 

@@ -72,20 +72,17 @@ def parameters(exp: Experiment) -> list[dict[str, Any]]:
 
     Returns:
         One ``{name, type, active_trials}`` per parameter, in :attr:`Experiment.params`
-        order: ``type`` the spec's distribution (absent without a spec), ``active_trials``
+        order: ``type`` the spec's distribution (``uniform | loguniform`` for a key that
+        branches define each their own way; absent without a spec), ``active_trials``
         how many trials have the parameter; a conditional parameter adds ``when``, its
         condition as text (``optimizer = sgd``).
     """
-    types = {}
-    if exp.spec is not None:
-        from tuner.params import distributions
-
-        types = {name: dist.type for name, dist in distributions(exp.spec.param_space)}
     out = []
     for name in exp.params:
         entry: dict[str, Any] = {"name": name}
-        if name in types:
-            entry["type"] = types[name]
+        kind = exp.param_type(name)
+        if kind is not None:
+            entry["type"] = kind
         entry["active_trials"] = int(exp.active(name).sum())
         cond = exp.condition(name)
         if cond is not None:
