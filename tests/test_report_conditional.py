@@ -2,8 +2,9 @@
 
 One real experiment is run once for the module through the CLI: ``tests.trainables:branchy`` with
 ``momentum`` only under ``optimizer: sgd``, ``beta2`` only under ``adam``, and the sub-space choice
-``model`` (``cnn`` with ``channels``, ``mlp`` with ``hidden`` and the constant ``act``), and a
-categorical ``schedule`` under ``sgd`` too (which branchy ignores), random search,
+``model`` (``cnn`` with ``channels``, ``mlp`` with ``hidden`` and the constant ``act``, and each its own
+``lr``: one config key, two versions), and a categorical ``schedule`` under ``sgd`` too (branchy ignores
+``lr`` and ``schedule``), random search,
 8 trials of 2 iterations. ``tuner report`` is run on it in every format. The trials each parameter is
 active in are read from the trials' own ``params.json`` (an inactive parameter is absent from it),
 and every check compares the report with those.
@@ -37,15 +38,17 @@ param_space:
   model:
     type: choice
     values:
-      - {name: cnn, channels: {type: randint, low: 8, high: 65}}
-      - {name: mlp, hidden: {type: lograndint, low: 32, high: 1025}, act: relu}
+      - {name: cnn, channels: {type: randint, low: 8, high: 65}, lr: {type: uniform, low: 0.01, high: 0.1}}
+      - {name: mlp, hidden: {type: lograndint, low: 32, high: 1025}, act: relu,
+         lr: {type: loguniform, low: 0.0001, high: 0.001}}
   schedule:  {type: choice, values: [step, cosine], when: {optimizer: sgd}}
 resources: {cpu: 1}
 """
 
-SAMPLED = ["optimizer", "momentum", "beta2", "model/name", "model/channels", "model/hidden", "schedule"]
+SAMPLED = ["optimizer", "momentum", "beta2", "model/name", "model/channels", "model/lr", "model/hidden", "schedule"]
 CONDITIONS = {"momentum": "optimizer = sgd", "beta2": "optimizer = adam", "model/channels": "model/name = cnn",
-              "model/hidden": "model/name = mlp", "schedule": "optimizer = sgd"}
+              "model/lr": "model/name = cnn or model/name = mlp", "model/hidden": "model/name = mlp",
+              "schedule": "optimizer = sgd"}
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,8 @@ def active(exp, name) -> set[str]:
 def test_the_experiment_has_both_branches_of_each_condition(exp):
     assert len(exp.configs) == 8
     for name in CONDITIONS:
-        assert 0 < len(active(exp, name)) < 8, name
+        assert 0 < len(active(exp, name)) < 8 or name == "model/lr", name
+    assert len(active(exp, "model/lr")) == 8  # in either branch
     assert active(exp, "momentum").isdisjoint(active(exp, "beta2"))
     assert active(exp, "model/act") == active(exp, "model/hidden")
 
@@ -117,6 +121,7 @@ def test_csv_and_json_leave_an_inactive_parameter_out(exp):
     params = {p["name"]: p for p in doc["experiment"]["parameters"]}
     assert list(params) == SAMPLED
     assert params["model/hidden"]["type"] == "lograndint" and params["model/name"]["type"] == "choice"
+    assert params["model/lr"]["type"] == "uniform | loguniform"  # one key, a version per branch
     for name in SAMPLED:
         assert params[name]["active_trials"] == len(active(exp, name))
         assert params[name].get("when") == CONDITIONS.get(name)  # no `when` on an unconditional parameter
@@ -129,12 +134,12 @@ def test_importances_use_only_the_trials_where_a_parameter_is_active(exp):
 
     facts = json.loads(exp.reports["json"].stdout)["experiment"]["importances"]
     everywhere = [n for n in SAMPLED if len(active(exp, n)) == 8]
-    assert set(facts["importances"]) == set(everywhere) == {"optimizer", "model/name"}
+    assert set(facts["importances"]) == set(everywhere) == {"optimizer", "model/name", "model/lr"}
     assert math.isclose(sum(facts["importances"].values()), 1.0)
     assert facts["trials"] == 8
     within, left_out = facts["within_active"], {x["name"]: x for x in facts["left_out"]}
-    assert set(within) | set(left_out) == set(CONDITIONS) and not set(within) & set(left_out)
-    # seed 3 draws 3 sgd and 5 adam, 3 cnn and 5 mlp: both sides of MIN_ACTIVE_TRIALS (5)
+    assert set(within) | set(left_out) | set(everywhere) == set(SAMPLED) and not set(within) & set(left_out)
+    # seed 3 draws 2 sgd and 6 adam, 6 cnn and 2 mlp: both sides of MIN_ACTIVE_TRIALS (5)
     assert within and left_out
     for name, w in within.items():
         assert w["trials"] == len(active(exp, name)) >= MIN_ACTIVE_TRIALS
@@ -144,11 +149,15 @@ def test_importances_use_only_the_trials_where_a_parameter_is_active(exp):
             values = [exp.configs[t].get(other) for t in active(exp, name)]
             assert None not in values and len(set(values)) > 1
     for name, x in left_out.items():
-        assert x["active"] == len(active(exp, name)) < MIN_ACTIVE_TRIALS and x["of"] == 8
-        assert x["reason"].startswith("too few")
+        assert x["active"] == len(active(exp, name)) and x["of"] == 8
+        values = {exp.configs[t][name] for t in active(exp, name)}
+        if len(values) == 1:  # seed 3: schedule is step in both sgd trials
+            assert x["reason"] == "takes one value in the trials that have it"
+        else:
+            assert x["active"] < MIN_ACTIVE_TRIALS and x["reason"].startswith("too few")
     page = exp.html.read_text()
     for name, x in left_out.items():
-        assert f"<li>{name}: active in {x['active']} of the 8 trials with a value, too few" in page
+        assert f"<li>{name}: active in {x['active']} of the 8 trials with a value, {x['reason']}</li>" in page
     for name in within:
         assert f"<td class='id'>{name}</td><td class='id'>{CONDITIONS[name]}</td>" in page
 
@@ -177,6 +186,7 @@ def test_plots_of_a_parameter_show_only_the_trials_where_it_is_active(exp):
     assert labels == sorted({exp.configs[t]["schedule"] for t in active(exp, "schedule")})
     # The scale comes from the spec's distribution, a branch's parameter's too.
     assert axes["model/hidden"].get_xscale() == "log" and axes["model/channels"].get_xscale() == "linear"
+    assert axes["model/lr"].get_xscale() == "linear"  # log only if every version of the key is
     # Parallel coordinates: a trial without a parameter meets its axis at the 'inactive' mark, no NaN.
     ax = _plot_parallel(report, 10).axes[0]
     ticks = [t.get_text() for t in ax.get_xticklabels()]
@@ -205,7 +215,10 @@ def test_report_without_a_spec_tells_inactive_from_the_configs(exp, tmp_path):
     (copy / "spec.yaml").unlink()
     report = load_experiment(copy)
     assert report.spec is None
-    assert set(report.conditional_params) == set(CONDITIONS)
+    # Without the spec: the config keys that some trials lack (model/lr is in every trial's, model/act in some)
+    keys = {k for c in exp.configs.values() for k in c}
+    assert set(report.conditional_params) == {k for k in keys if 0 < sum(k in c for c in exp.configs.values()) < 8}
+    assert {"momentum", "beta2", "model/channels", "model/hidden", "schedule"} <= set(report.conditional_params)
     doc = json.loads(render(report, "json"))
     for record in doc["trials"]:
         config = exp.configs[record["trial_id"]]
@@ -231,6 +244,9 @@ def test_tensorboard_hparams_cover_every_parameter_and_log_only_the_active_ones(
         == (8, 65)
     assert (infos["model/hidden"].domain_interval.min_value, infos["model/hidden"].domain_interval.max_value) \
         == (32, 1025)
+    # one key, two versions (uniform [0.01, 0.1) under cnn, loguniform [0.0001, 0.001) under mlp): both
+    assert (infos["model/lr"].domain_interval.min_value, infos["model/lr"].domain_interval.max_value) \
+        == (0.0001, 0.1)
     for name in SAMPLED:
         assert infos[name].description == (f"active when {CONDITIONS[name]}" if name in CONDITIONS else "")
     sessions = 0

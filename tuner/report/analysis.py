@@ -196,8 +196,8 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
             dists[name] = CategoricalDistribution(sorted({str(v) for v in vals}))
         if name not in dists:
             active = int((exp.active(name) & with_value).sum())
-            facts["left_out"].append({"name": name, "active": active, "of": len(values),
-                                      "reason": "takes one value in every trial" if vals else "active in no trial"})
+            reason = "takes one value in the trials that have it" if vals else "active in no trial"
+            facts["left_out"].append({"name": name, "active": active, "of": len(values), "reason": reason})
     if not dists:
         facts["note"] = "no parameter varies between the trials"
         return facts

@@ -544,7 +544,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     if spec is not None:
         params = [name for name, _ in distributions(spec.param_space)]
     else:  # no spec: the config keys that differ between trials
-        params = [c[len("config/"):] for c in config_cols if trials[c].astype(str).nunique() > 1]
+        # (absent counts as a value: a conditional parameter may take one value where it is active)
+        params = [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(_py(v))).nunique() > 1]
     if summary is not None and not running:
         if summary.get("aborted"):
             status = "aborted"
