@@ -265,3 +265,30 @@ def test_tensorboard_hparams_cover_every_parameter_and_log_only_the_active_ones(
         assert end.status == 1  # STATUS_SUCCESS
         sessions += 1
     assert sessions == 8
+
+
+def test_importances_when_the_metric_does_not_vary(exp, tmp_path):
+    """fANOVA has no variance to share out (Optuna raises): among the trials where a parameter is
+    active, it is left out saying why; in every trial, the importances are empty saying why."""
+    from tuner.report import load_experiment
+    from tuner.report.analysis import importance_facts
+
+    copy = tmp_path / "cond"
+    shutil.copytree(exp.path, copy, ignore=shutil.ignore_patterns("ray_logs"))
+
+    def set_loss(which):
+        for result in copy.glob("*/result.json"):
+            rows = [json.loads(line) for line in result.read_text().splitlines()]
+            if which(exp.configs[rows[0]["trial_id"]]):
+                result.write_text("".join(json.dumps({**r, "loss": 1.0}) + "\n" for r in rows))
+
+    set_loss(lambda config: config["optimizer"] == "adam")
+    facts = importance_facts(load_experiment(copy))
+    assert "beta2" not in facts["within_active"] and facts["importances"]
+    beta2 = next(x for x in facts["left_out"] if x["name"] == "beta2")
+    assert beta2 == {"name": "beta2", "active": len(active(exp, "beta2")), "of": 8,
+                     "reason": "the loss is the same in the trials where it is active"}
+    set_loss(lambda config: True)
+    facts = importance_facts(load_experiment(copy))
+    assert facts["importances"] == {} and facts["within_active"] == {}
+    assert facts["note"] == "the loss is the same in every trial: no parameter explains any of its variance"

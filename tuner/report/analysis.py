@@ -227,12 +227,22 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
         except ValueError:
             continue
 
-    def fanova(params: list[str] | None) -> dict[str, float]:
+    def fanova(params: list[str] | None) -> dict[str, float] | None:
+        """Optuna's fANOVA; None when the metric is the same in every trial it uses (Optuna raises
+        "zero total variance")."""
         evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-        result = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params, normalize=True)
+        try:
+            result = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params,
+                                                             normalize=True)
+        except RuntimeError:
+            return None
         return {k: float(v) for k, v in result.items()}
 
-    facts["importances"] = fanova(None)
+    found = fanova(None)
+    if found is None:
+        facts["note"] = f"the {exp.metric} is the same in every trial: no parameter explains any of its variance"
+        return facts
+    facts["importances"] = found
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     for name in dists:
         if name in facts["importances"]:
@@ -249,6 +259,10 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
                                       "reason": "takes one value in the trials where it is active"})
             continue
         share = fanova(vary)
+        if share is None:
+            facts["left_out"].append({"name": name, "active": len(here), "of": len(done),
+                                      "reason": f"the {exp.metric} is the same in the trials where it is active"})
+            continue
         facts["within_active"][name] = {"importance": share[name], "trials": len(here),
                                         "among": [q for q in vary if q != name], "when": exp.condition(name)}
     facts["note"] = f"fANOVA (Optuna) over {over}"
