@@ -175,7 +175,8 @@ def test_plots_of_a_parameter_show_only_the_trials_where_it_is_active(exp):
         assert len(points) == len(active(exp, name)), name  # one point per trial that has it
         assert all(math.isfinite(v) for p in points for v in p)
         if name in CONDITIONS:
-            assert ax.get_title() == f"active in {len(active(exp, name))} of 8 trials (when {CONDITIONS[name]})"
+            title = ax.get_title().replace("\n", " ")  # wrapped when long
+            assert title == f"active in {len(active(exp, name))} of 8 trials (when {CONDITIONS[name]})"
             xs = sorted(exp.configs[t][name] for t in active(exp, name))
             if name != "schedule":  # a category is drawn at its index
                 assert sorted(p[0] for p in points) == pytest.approx(xs)

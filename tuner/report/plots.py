@@ -11,6 +11,7 @@ import io
 import itertools
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def _plot_params(exp: Experiment):
         ax.set_ylabel(f"{exp.metric} (last)")
         active = active_label(exp, name)
         if active:  # its points: only the trials that have it
-            ax.set_title(active, fontsize=8)
+            ax.set_title(textwrap.fill(active, 60), fontsize=8)
         ax.grid(alpha=0.3)
         if i == 0:
             ax.legend(fontsize=7)
@@ -222,7 +223,7 @@ def _plot_importances(facts: dict[str, Any]):
                            "Parameter importances (fANOVA)"),
                           ({n: w["importance"] for n, w in within.items()}, "tab:purple",
                            "share of the variance among the trials where it is active",
-                           "Conditional parameters, each over the trials where it is active")) if p[0]]
+                           "Conditional parameters, over the trials where each is active")) if p[0]]
     heights = [0.5 * len(p[0]) + 1.4 for p in panels]
     fig = _figure(7, sum(heights))
     grid = fig.add_gridspec(len(panels), 1, height_ratios=heights)
