@@ -29,6 +29,9 @@ from tuner import trial
 
 CHECKPOINT_FILE = "checkpoint.pt"
 EVAL_BATCH_SIZE = 1000
+# Each optimizer's own parameters (beside "name" and "lr"), and their defaults when the config has none.
+OPTIMIZER_PARAMS: dict[str, dict[str, float]] = {"sgd": {"momentum": 0.9}, "adam": {"beta2": 0.999}}
+ADAM_BETA1 = 0.9
 
 
 def set_threads() -> None:
@@ -270,22 +273,77 @@ def fit(
                 shutil.rmtree(folder, ignore_errors=True)
 
 
+def make_optimizer(params: Iterable[nn.Parameter], cfg: dict) -> torch.optim.Optimizer:
+    """Build the optimizer that ``cfg`` names, with its own hyperparameters.
+
+    ``cfg["optimizer"]`` (default ``"sgd"``) is either a name or a mapping holding the name
+    and that optimizer's own parameters, as a choice among sub-spaces in a conditional
+    ``param_space`` samples it::
+
+        {"optimizer": "adam", "lr": 1e-3, "beta2": 0.99}
+        {"optimizer": {"name": "adam", "lr": 1e-3, "beta2": 0.99}}   # the same optimizer
+
+    A key inside the mapping wins over the same top-level key. Each optimizer reads only
+    its own keys, so a parameter of the other one may be absent (a conditional space leaves
+    inactive parameters out of the config) and is ignored when present at the top level:
+
+    - ``sgd``: ``torch.optim.SGD`` with ``lr`` and ``momentum`` (default 0.9).
+    - ``adam``: ``torch.optim.Adam`` (Kingma & Ba, 2015) with ``lr`` and
+      ``betas=(0.9, beta2)``; ``beta2`` (decay of the second-moment estimate) defaults to
+      0.999, PyTorch's default. Adam usually wants a smaller ``lr`` than SGD (about 1e-3).
+
+    Args:
+        params: The model's parameters.
+        cfg: The trial config merged with the example's defaults; ``lr`` is required
+            (top-level or in the mapping).
+
+    Returns:
+        The optimizer over ``params``.
+
+    Raises:
+        ValueError: If the name is not ``sgd`` or ``adam``, or the mapping holds a key that
+            is not ``name``, ``lr`` or one of that optimizer's own parameters.
+    """
+    choice = cfg.get("optimizer", "sgd")
+    own = dict(choice) if isinstance(choice, dict) else {"name": choice}
+    name = own.pop("name", None)
+    if name not in OPTIMIZER_PARAMS:
+        allowed = " | ".join(OPTIMIZER_PARAMS)
+        raise ValueError(f"config optimizer: unknown optimizer {name!r}; allowed: {allowed} "
+                         f"(a name, or a mapping {{name: sgd, lr: ..., momentum: ...}})")
+    keys = {"lr", *OPTIMIZER_PARAMS[name]}
+    if unknown := sorted(set(own) - keys):
+        raise ValueError(f"config optimizer: {name} takes no {', '.join(map(repr, unknown))}; "
+                         f"allowed keys in its mapping: name, {', '.join(sorted(keys))}")
+    values = {**OPTIMIZER_PARAMS[name], **{k: cfg[k] for k in keys if k in cfg}, **own}
+    if "lr" not in values:
+        raise ValueError(f"config optimizer: {name} needs an lr (top-level or in its mapping)")
+    lr = float(values["lr"])
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(ADAM_BETA1, float(values["beta2"])))
+    return torch.optim.SGD(params, lr=lr, momentum=float(values["momentum"]))
+
+
 def run_classifier(cfg: dict, data: tuple, build: Callable[[], nn.Module], prep: Callable | None = None) -> None:
     """The body of an example train function: seed, build, prepare, then :func:`fit`.
 
     Args:
-        cfg: The trial config merged with the example's defaults (``lr``, ``momentum``,
-            ``batch_size``, ``epochs``, ``seed``, ``limit_train``, ``limit_val``).
+        cfg: The trial config merged with the example's defaults (``lr``, ``batch_size``,
+            ``epochs``, ``seed``, ``limit_train``, ``limit_val``; ``optimizer`` and its own
+            ``momentum`` / ``beta2``, see :func:`make_optimizer`).
         data: ``(x_train, y_train, x_val, y_val)`` tensors.
         build: Builds the network; called after seeding, so the weights depend on
             ``seed`` only.
         prep: Optional function applied to each image batch.
+
+    Raises:
+        ValueError: See :func:`make_optimizer`.
     """
     x_tr, y_tr, x_val, y_val = data
     n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
     torch.manual_seed(int(cfg["seed"]))
     model = trial.prepare_model(build())  # on trial.device(), DDP-wrapped in a DDP trial
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
+    optimizer = make_optimizer(model.parameters(), cfg)
     fit(
         model,
         optimizer,

@@ -134,10 +134,12 @@ def train(config: dict[str, Any]) -> None:
         config: Any of ``l1``, ``l2``, ``lr``, ``momentum``, ``batch_size`` (global over
             all ranks), ``epochs`` (total, default 10), ``seed``, ``data_dir`` (see
             :func:`find_data`), ``limit_train`` / ``limit_val`` (cap the number of
-            samples). Missing keys use :data:`DEFAULTS`.
+            samples), ``optimizer`` / ``beta2`` (Adam instead of SGD; see
+            :func:`examples._common.make_optimizer`). Missing keys use :data:`DEFAULTS`.
 
     Raises:
         FileNotFoundError: If no CIFAR-10 folder is found.
+        ValueError: An unknown optimizer name or key.
     """
     cfg = {**DEFAULTS, **config}
     _common.set_threads()

@@ -25,11 +25,16 @@ from torch import nn
 from examples import _common
 
 DEFAULTS: dict[str, Any] = {
+    "optimizer": "sgd",
     "lr": 0.02,
     "momentum": 0.9,
+    "beta2": 0.999,
     "batch_size": 64,
     "channels": 32,
     "dropout": 0.25,
+    "fc_layers": 1,
+    "hidden1": 128,
+    "hidden2": 64,
     "epochs": 10,
     "seed": 0,
     "data_dir": None,
@@ -110,26 +115,48 @@ def load_data(
     return _CACHE[files]
 
 
-def build_model(channels: int = 32, dropout: float = 0.25) -> nn.Sequential:
-    """LeNet-style CNN: two 5x5 conv blocks of equal width and a linear classifier.
+def build_model(
+    channels: int = 32, dropout: float = 0.25, fc_layers: int = 1, hidden1: int = 128, hidden2: int = 64
+) -> nn.Sequential:
+    """LeNet-style CNN: two 5x5 conv blocks of equal width and a fully connected head.
+
+    The head has ``fc_layers`` linear layers, each after a dropout: with 1 (the default) a
+    single linear classifier, with 2 a hidden layer of ``hidden1`` units (ReLU) before it,
+    with 3 hidden layers of ``hidden1`` then ``hidden2`` units. A hidden width that the
+    depth does not use is ignored, so a conditional search space may leave it out.
 
     Args:
         channels: Width ``c`` of both conv layers.
-        dropout: Dropout probability before the classifier.
+        dropout: Dropout probability before each linear layer.
+        fc_layers: Number of linear layers in the head, 1 to 3.
+        hidden1: Width of the first hidden layer (used when ``fc_layers >= 2``).
+        hidden2: Width of the second hidden layer (used when ``fc_layers == 3``).
 
     Returns:
         A module mapping images (N, 1, 28, 28) to logits (N, 10).
+
+    Raises:
+        ValueError: If ``fc_layers`` is not 1, 2 or 3, or a used width is not positive.
     """
-    c = int(channels)
-    return nn.Sequential(
+    c, depth = int(channels), int(fc_layers)
+    if depth != fc_layers or depth not in (1, 2, 3):
+        raise ValueError(f"config fc_layers: {fc_layers!r}; allowed: 1, 2 or 3 (linear layers in the head)")
+    widths = [c * 4 * 4, *(int(w) for w in (hidden1, hidden2)[:depth - 1]), 10]
+    if any(w < 1 for w in widths[1:-1]):
+        raise ValueError(f"config hidden1/hidden2: widths must be positive, got {widths[1:-1]}")
+    layers: list[nn.Module] = [  # created in this order: the RNG draws, so the weights, depend on it
         nn.Conv2d(1, c, 5), nn.MaxPool2d(2), nn.ReLU(),  # (N, c, 12, 12)
         nn.Conv2d(c, c, 5), nn.MaxPool2d(2), nn.ReLU(),  # (N, c, 4, 4)
-        nn.Flatten(), nn.Dropout(float(dropout)), nn.Linear(c * 4 * 4, 10),
-    )
+        nn.Flatten(),  # (N, c * 16), then the head: ... -> (N, 10)
+    ]
+    for i, (n_in, n_out) in enumerate(zip(widths, widths[1:])):
+        layers += [nn.ReLU()] if i else []
+        layers += [nn.Dropout(float(dropout)), nn.Linear(n_in, n_out)]
+    return nn.Sequential(*layers)
 
 
 def train(config: dict[str, Any]) -> None:
-    """Train the CNN with SGD + momentum, reporting once per epoch.
+    """Train the CNN with SGD + momentum (or Adam), reporting once per epoch.
 
     Each epoch reports ``val_loss``, ``val_accuracy``, ``train_loss`` and ``epoch``
     (epochs completed) with a checkpoint, and resumes from ``trial.get_checkpoint()``.
@@ -137,12 +164,21 @@ def train(config: dict[str, Any]) -> None:
     :func:`examples._common.fit`); ``amp: true`` in the spec turns on mixed precision.
 
     Args:
-        config: Any of ``lr``, ``momentum``, ``batch_size`` (global over all ranks),
-            ``channels``, ``dropout``, ``epochs`` (total, default 10), ``seed``
-            (weight init and shuffling), ``data_dir`` (see :func:`data_files`),
-            ``limit_train`` / ``limit_val`` (cap the number of samples, for quick
-            tests). Missing keys use :data:`DEFAULTS`.
+        config: Any of ``optimizer`` (``sgd`` | ``adam``, or a mapping such as
+            ``{name: adam, lr: 1e-3, beta2: 0.99}``; see
+            :func:`examples._common.make_optimizer`), ``lr``, ``momentum`` (SGD only),
+            ``beta2`` (Adam only), ``batch_size`` (global over all ranks), ``channels``,
+            ``dropout``, ``fc_layers`` (1-3 linear layers in the head), ``hidden1`` /
+            ``hidden2`` (hidden widths, used when ``fc_layers`` >= 2 / == 3; see
+            :func:`build_model`), ``epochs`` (total, default 10), ``seed`` (weight init and
+            shuffling), ``data_dir`` (see :func:`data_files`), ``limit_train`` /
+            ``limit_val`` (cap the number of samples, for quick tests). Missing keys use
+            :data:`DEFAULTS`; a key the chosen optimizer or depth does not use may be absent.
+
+    Raises:
+        ValueError: An unknown optimizer name or key, or an ``fc_layers`` outside 1-3.
     """
     cfg = {**DEFAULTS, **config}
     _common.set_threads()
-    _common.run_classifier(cfg, load_data(cfg["data_dir"]), lambda: build_model(cfg["channels"], cfg["dropout"]))
+    _common.run_classifier(cfg, load_data(cfg["data_dir"]), lambda: build_model(
+        cfg["channels"], cfg["dropout"], cfg["fc_layers"], cfg["hidden1"], cfg["hidden2"]))

@@ -281,3 +281,95 @@ def test_resumed_ddp_loader_shuffles_like_an_uninterrupted_one():
     assert [order(resumed) for _ in range(2)] == epochs[1:]
     other_seed = loader(seed=4, start_epoch=0)
     assert order(other_seed) != epochs[0], "the config seed changes the shuffle"
+
+
+def _optimizer_state(ckpt: str) -> dict:
+    return torch.load(os.path.join(ckpt, _common.CHECKPOINT_FILE), weights_only=True)["optimizer"]
+
+
+def test_mnist_default_model_is_unchanged():
+    """The defaults (sgd, fc_layers 1) build the CNN of before issue 16, weight for weight: same
+    layers, same parameter count and the same draws from the seeded RNG."""
+    def before(c=32, p=0.25):  # build_model as it was
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(1, c, 5), torch.nn.MaxPool2d(2), torch.nn.ReLU(),
+            torch.nn.Conv2d(c, c, 5), torch.nn.MaxPool2d(2), torch.nn.ReLU(),
+            torch.nn.Flatten(), torch.nn.Dropout(p), torch.nn.Linear(c * 16, 10))
+
+    for now, then in [(lambda: mnist.build_model(), before),
+                      (lambda: mnist.build_model(8, 0.0, 1, 7, 9), lambda: before(8, 0.0))]:
+        torch.manual_seed(3)
+        a = now()
+        torch.manual_seed(3)
+        b = then()
+        assert repr(a) == repr(b)
+        assert a.state_dict().keys() == b.state_dict().keys()
+        assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    assert sum(p.numel() for p in mnist.build_model().parameters()) == 31_594  # 32 channels, as before
+
+
+def test_mnist_adam_without_momentum(reports):
+    """Adam with its own beta2; no momentum in the config (a conditional space leaves it out)."""
+    mnist.train({**QUICK, "optimizer": "adam", "lr": 3e-3, "beta2": 0.99})
+    (metrics, ckpt), = reports
+    assert_sane(metrics, 1)
+    assert metrics["val_accuracy"] > 0.3, "well above chance (0.1) after one epoch on 512 digits"
+    state = _optimizer_state(ckpt)
+    assert state["param_groups"][0]["betas"] == (0.9, 0.99) and state["param_groups"][0]["lr"] == 3e-3
+    assert "exp_avg_sq" in state["state"][0], "Adam's second-moment estimate"
+    optimizer = _common.make_optimizer(torch.nn.Linear(2, 1).parameters(), {"optimizer": "adam", "lr": 1e-3})
+    assert isinstance(optimizer, torch.optim.Adam)  # neither momentum nor beta2 needed
+    assert optimizer.param_groups[0]["betas"] == (0.9, 0.999)
+
+
+def test_mnist_sgd_without_beta2(reports):
+    mnist.train({**QUICK, "optimizer": "sgd", "momentum": 0.7})
+    (metrics, ckpt), = reports
+    assert_sane(metrics, 1)
+    group = _optimizer_state(ckpt)["param_groups"][0]
+    assert group["momentum"] == 0.7 and group["lr"] == QUICK["lr"] and "betas" not in group
+    optimizer = _common.make_optimizer(torch.nn.Linear(2, 1).parameters(), {"lr": 0.1})
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.param_groups[0]["momentum"] == 0.9
+
+
+def test_mnist_optimizer_as_a_mapping(reports):
+    """A sub-space choice gives ``optimizer`` as a mapping of its own parameters, which win over the
+    top-level keys; the mapping trains exactly as the same values given flat."""
+    mnist.train({**QUICK, "optimizer": {"name": "sgd", "lr": QUICK["lr"], "momentum": 0.9}, "lr": 9.0,
+                 "momentum": 0.1})
+    mnist.train(QUICK)
+    (nested, _), (flat, _) = reports
+    assert nested == pytest.approx({**flat, "epoch_time_s": nested["epoch_time_s"]})
+    reports.clear()
+    mnist.train({**QUICK, "optimizer": {"name": "adam", "lr": 2e-3, "beta2": 0.98}})
+    group = _optimizer_state(reports[0][1])["param_groups"][0]
+    assert (group["lr"], group["betas"]) == (2e-3, (0.9, 0.98))
+
+
+def test_mnist_three_fc_layers(reports):
+    mnist.train({**QUICK, "fc_layers": 3, "hidden1": 24, "hidden2": 12})
+    (metrics, ckpt), = reports
+    assert_sane(metrics, 1)
+    c = QUICK["channels"]
+    conv = (1 * 25 * c + c) + (c * 25 * c + c)
+    assert metrics["params_count"] == conv + (c * 16 * 24 + 24) + (24 * 12 + 12) + (12 * 10 + 10)
+    model = torch.load(os.path.join(ckpt, _common.CHECKPOINT_FILE), weights_only=True)["model"]
+    assert [tuple(v.shape) for k, v in model.items() if k.endswith("weight") and v.dim() == 2] == \
+        [(24, c * 16), (12, 24), (10, 12)]
+    reports.clear()
+    mnist.train({**QUICK, "fc_layers": 2, "hidden1": 24, "hidden2": 12})  # hidden2 unused at depth 2
+    assert reports[0][0]["params_count"] == conv + (c * 16 * 24 + 24) + (24 * 10 + 10)
+
+
+def test_example_config_errors():
+    params = list(torch.nn.Linear(2, 1).parameters())
+    with pytest.raises(ValueError, match=r"unknown optimizer 'rmsprop'; allowed: sgd \| adam"):
+        _common.make_optimizer(params, {"optimizer": "rmsprop", "lr": 0.1})
+    with pytest.raises(ValueError, match=r"unknown optimizer None; allowed: sgd \| adam"):
+        _common.make_optimizer(params, {"optimizer": {"lr": 0.1}, "lr": 0.1})
+    with pytest.raises(ValueError, match="adam takes no 'momentum'; allowed keys in its mapping: name, beta2, lr"):
+        _common.make_optimizer(params, {"optimizer": {"name": "adam", "momentum": 0.9}, "lr": 0.1})
+    with pytest.raises(ValueError, match="allowed: 1, 2 or 3"):
+        mnist.train({**QUICK, "fc_layers": 4})
+    with pytest.raises(ValueError, match="widths must be positive"):
+        mnist.build_model(fc_layers=2, hidden1=0)

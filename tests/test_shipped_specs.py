@@ -24,10 +24,11 @@ def test_main_job_reaches_095(tmp_path, run_cli):
     assert f"Best trial {s['best']['trial_id']}: val_accuracy=" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["mnist_grid", "mnist_random", "mnist_bohb", "mnist_optuna"])
+@pytest.mark.parametrize("name", ["mnist_grid", "mnist_random", "mnist_bohb", "mnist_optuna", "mnist_conditional"])
 def test_each_searcher_spec_runs(ray_local, tmp_path, name):
     """Each shipped searcher spec runs as is, on a small slice of the data to keep CI short (through
-    tune_model on the session's Ray; the main job above goes through the CLI)."""
+    tune_model on the session's Ray; the main job above goes through the CLI). mnist_conditional's
+    trials get the optimizer's branch as a mapping of its own parameters, and no inactive one."""
     from tuner import tune_model
 
     tune_model(ROOT / "search_spaces" / f"{name}.yaml", storage=str(tmp_path), num_samples=2,
@@ -38,6 +39,12 @@ def test_each_searcher_spec_runs(ray_local, tmp_path, name):
     assert_best_is_the_tables_best_row(exp, s)
     assert 0.2 < s["best"]["metrics"]["val_accuracy"] <= 1, "well above chance (0.1) after 2 epochs on 400 digits"
     assert 0 < s["best"]["metrics"]["val_loss"] < 2.3, "below the loss of a uniform guess, ln 10"
+    if name == "mnist_conditional":
+        config = s["best"]["config"]
+        branch = {"sgd": {"name", "lr", "momentum"}, "adam": {"name", "lr", "beta2"}}[config["optimizer"]["name"]]
+        assert set(config["optimizer"]) == branch
+        assert {"hidden1", "hidden2"} & set(config) == {"hidden1", "hidden2"} & {
+            1: set(), 2: {"hidden1"}, 3: {"hidden1", "hidden2"}}[config["fc_layers"]]
 
 
 def test_multiobjective_spec_runs_and_finds_a_front(ray_local, tmp_path):
@@ -66,6 +73,8 @@ def assert_best_is_the_tables_best_row(exp, s):
     import pandas as pd
     import yaml
 
+    from tuner.params import flatten
+
     table = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     row = table.iloc[0]
     best = s["best"]
@@ -73,7 +82,7 @@ def assert_best_is_the_tables_best_row(exp, s):
     assert row["val_accuracy"] == table["val_accuracy"].max() == pytest.approx(best["metrics"]["val_accuracy"])
     assert row["val_loss"] == pytest.approx(best["metrics"]["val_loss"])
     assert row["training_iteration"] == best["metrics"]["training_iteration"]
-    for key, value in best["config"].items():
+    for key, value in flatten(best["config"]).items():  # a sub-space choice's mapping: config/optimizer/lr
         assert row[f"config/{key}"] == (pytest.approx(value) if isinstance(value, float) else value), key
     assert yaml.safe_load((exp / "best_config.yaml").read_text()) == best["config"]
 

@@ -644,13 +644,18 @@ def accuracy_cost(config):
 
 
 def branchy(config):
-    """A conditional space's toy: the loss depends on the branch taken (sgd with momentum, adam with beta2; a cnn
+    """A conditional space's toy: the loss depends on the branch taken (sgd or rmsprop with momentum, adam with beta2; a cnn
     with channels, an mlp with hidden) and falls over ``epochs`` iterations. Reports ``keys``, the config's
     parameter names as the train function saw them (``/``-joined, sorted), so a test can see an inactive one."""
-    from tuner.params import flatten
+    def names(tree: dict, prefix: str = ""):  # every key, an empty mapping too (flatten would skip one)
+        for k, v in tree.items():
+            if isinstance(v, dict) and v:
+                yield from names(v, f"{prefix}{k}/")
+            else:
+                yield f"{prefix}{k}"
 
-    flat = flatten(config)
-    if config.get("optimizer") == "sgd":
+    flat = sorted(names(config))
+    if config.get("optimizer") in ("sgd", "rmsprop"):
         loss = (float(config["momentum"]) - 0.9) ** 2
     else:
         loss = 0.05 + (float(config["beta2"]) - 0.99) ** 2

@@ -232,7 +232,7 @@ class _ConditionalBOHB(TuneBOHBBase):
         for p in self.tuner_space.order:
             if p.dist is None and self.tuner_space.is_active(p, flat):
                 flat[p.name] = p.value
-        return nest(flat)
+        return nest(self.tuner_space.keyed(flat))
 
 
 class _OptunaSearch(OptunaSearch):
@@ -264,11 +264,21 @@ class _OptunaSearch(OptunaSearch):
                          metric=([o.metric for o in objectives] if several else objectives[0].metric) if own else None,
                          mode=([o.mode for o in objectives] if several else objectives[0].mode) if own else None)
         self.tuner_constraints = list(spec.constraints or [])
+        self.tuner_define_by_run = space
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         if isinstance(self.metric, list):  # several objectives: keep them
             metric, mode = None, None
         return super().set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        config = super().suggest(trial_id)
+        if isinstance(config, dict) and isinstance(self.tuner_define_by_run, DefineByRun):
+            from tuner.params import flatten, nest
+
+            # Optuna names a branch's own version of a shared key `<key>@<branch>`: the config has the key.
+            return nest(self.tuner_define_by_run.space.keyed(flatten(config)))
+        return config
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         ot_trial = ray_internals.optuna_trial_to_tell(self, trial_id)
@@ -597,6 +607,11 @@ def describe_search(spec: Spec) -> list[str]:
         "bohb": "bohb (TuneBOHB, hpbandster)",
     }[spec.search.algorithm]
     seed = f", seed {spec.seed}" if spec.seed is not None else ""
+    if spec.conditional:
+        seed += {"grid": ", only the valid combinations of the conditional parameters",
+                 "random": ", conditional parameters drawn parents first",
+                 "optuna": ", a define-by-run space from the conditions",
+                 "bohb": ", a ConfigSpace with the conditions"}[spec.search.algorithm]
     lines = [f"searcher:   {search}{seed}"]
     target = f"{s.time_attr}" if s.time_attr != "training_iteration" else "iterations"
     if s.type == "fifo":

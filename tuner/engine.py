@@ -389,7 +389,8 @@ def plan(prepared: Prepared) -> str:
     spec = prepared.spec
     grid = grid_size(spec)
     trials = grid * spec.num_samples
-    how = (f"{grid} grid point{'s' if grid != 1 else ''} x {spec.num_samples} repeat"
+    valid = " valid" if spec.conditional and spec.search.algorithm == "grid" else ""
+    how = (f"{grid}{valid} grid point{'s' if grid != 1 else ''} x {spec.num_samples} repeat"
            f"{'s' if spec.num_samples != 1 else ''}") if grid > 1 or spec.search.algorithm == "grid" \
         else f"{spec.num_samples} sample{'s' if spec.num_samples != 1 else ''}"
     lines = [
@@ -399,6 +400,7 @@ def plan(prepared: Prepared) -> str:
         f"trainable:  {_describe_trainable(prepared.trainable)}",
         f"trials:     {trials} ({how})",
         f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
+        *_describe_space(spec),
         *_describe_objectives(spec),
     ]
     budget = []
@@ -414,6 +416,14 @@ def plan(prepared: Prepared) -> str:
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
     return "\n".join(lines)
+
+
+def _describe_space(spec: Spec) -> list[str]:
+    """Plan lines for a conditional space: the tree of parents and children with their conditions."""
+    if not spec.conditional:
+        return []
+    tree = spec.space.tree()
+    return [f"space:      {tree[0]}", *(f"            {line}" for line in tree[1:])]
 
 
 def _describe_objectives(spec: Spec) -> list[str]:
@@ -1039,7 +1049,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     from tuner.failures import ExperimentLock, reopen_searcher, restore_state_snapshot
     from tuner.scheduler_state import saved_state_note
     from tuner.storage import display
-    from tuner.space import to_ray_space
+    from tuner.space import presets, to_ray_space
     from tuner.trainable import build_trainable, driver_request
 
     spec, path = prepared.spec, prepared.experiment_path
@@ -1049,7 +1059,11 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
         if session_dir is None:
             _ship_user_packages(prepared)
         restored_from = None if prepared.remote else restore_state_snapshot(path)
-        reopen_searcher(path, prepared.resumed_num_samples or spec.num_samples, spec.num_samples)
+        old = prepared.resumed_num_samples or spec.num_samples
+        extra = None
+        if spec.conditional and spec.search.algorithm in ("grid", "random") and spec.num_samples > old:
+            extra = presets(spec, count=spec.num_samples - old, start=old)
+        reopen_searcher(path, old, spec.num_samples, extra)
         save_run_record(prepared)  # the spec as resumed, and the time budget the stopper reads
         if prepared.remote:
             from tuner.storage import upload

@@ -389,7 +389,7 @@ def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
     return snapshot.name
 
 
-def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> None:
+def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int, points: list | None = None) -> None:
     """Let a resumed experiment's searcher go on creating trials, up to ``new`` samples.
 
     Ray Tune marks the searcher finished whenever a Stopper ends the experiment (the
@@ -415,6 +415,8 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
         experiment_path: The experiment folder.
         old: ``num_samples`` the experiment ran with (repeats of the grid for grid search).
         new: ``num_samples`` to reach, ``>= old``.
+        points: For a conditional space's grid or random search, the extra samples' conditional
+            parameters (:func:`tuner.space.presets` from ``old``); the new trial iterator runs them.
     """
     from ray import cloudpickle
 
@@ -433,7 +435,7 @@ def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int) -> N
     trials = saved.trials if saved is not None else []
     ended = {t["trial_id"] for t in trials if t.get("status") in ("TERMINATED", "ERROR")}
     if template == BASIC_VARIANT_STATE:
-        ray_internals.reopen_basic_variant_state(state, ended, old, new)
+        ray_internals.reopen_basic_variant_state(state, ended, old, new, points)
     else:
         ray_internals.reopen_search_generator_state(state, ended, new)
         _remind_bohb_of_live_trials(path, {t["trial_id"]: t for t in trials

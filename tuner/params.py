@@ -106,7 +106,11 @@ def distributions(space: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """
     from tuner.spec.conditions import expand
 
-    return [(p.name, p.dist) for p in expand(space).params if p.dist is not None]
+    out: dict[str, Any] = {}
+    for p in expand(space).params:  # a key that branches define differently: its first version
+        if p.dist is not None:
+            out.setdefault(p.key, p.dist)
+    return list(out.items())
 
 
 def sampled_params(spec: Spec) -> list[str]:
@@ -115,4 +119,4 @@ def sampled_params(spec: Spec) -> list[str]:
     Args:
         spec: A :class:`tuner.spec.Spec`.
     """
-    return [p.name for p in spec.space.params if p.dist is not None]
+    return list(dict.fromkeys(p.key for p in spec.space.params if p.dist is not None))

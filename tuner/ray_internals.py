@@ -319,7 +319,7 @@ def lean_callback_usage_tag() -> None:
 # --------------------------------------------------------------------------- searcher state
 
 
-def reopen_basic_variant_state(state: dict, ended: set[str], old: int, new: int) -> None:
+def reopen_basic_variant_state(state: dict, ended: set[str], old: int, new: int, points: list | None = None) -> None:
     """Reopen a ``BasicVariantGenerator``'s saved state (in place), up to ``new`` samples.
 
     Ray 2.60 pickles the generator's ``__dict__`` into ``basic-variant-state-*.json``;
@@ -327,7 +327,8 @@ def reopen_basic_variant_state(state: dict, ended: set[str], old: int, new: int)
     (False), and for ``new > old`` appends one ``ray.tune.search.basic_variant._TrialIterator``
     for the extra samples (numbered after ``_total_samples``, drawing from the same
     ``_random_state``, with the ``_uuid_prefix``, ``_constant_grid_search`` and the
-    ``unresolved_spec`` of the last of ``_iterators``). For
+    ``unresolved_spec`` of the last of ``_iterators``), which runs ``points`` first when given
+    (a conditional space's :func:`tuner.space.presets`: one of its samples each). For
     :func:`tuner.failures.reopen_searcher`.
     """
     from ray.tune.search.basic_variant import _TrialIterator
@@ -336,10 +337,10 @@ def reopen_basic_variant_state(state: dict, ended: set[str], old: int, new: int)
     if new > old:
         per_sample = state["_total_samples"] // old  # grid points
         state["_iterators"].append(_TrialIterator(
-            uuid_prefix=state["_uuid_prefix"], num_samples=new - old,
+            uuid_prefix=state["_uuid_prefix"], num_samples=len(points) if points else new - old,
             unresolved_spec=state["_iterators"][-1].unresolved_spec,
             constant_grid_search=state["_constant_grid_search"], start=state["_total_samples"],
-            random_state=state["_random_state"]))
+            random_state=state["_random_state"], points_to_evaluate=list(points or [])))
         state["_total_samples"] += per_sample * (new - old)
     state["_finished"] = False
 

@@ -316,6 +316,37 @@ def _hparam_value(value: Any) -> Any:
     return None if value is None else str(value)
 
 
+def _domain(versions: list) -> dict[str, Any]:
+    """A sampled parameter's domain for the HParams summary: its distribution as a dict
+    (``type``, ``low``/``high`` or ``values``), and for a conditional parameter ``when``, its
+    conditions as text (``optimizer = sgd``, ``model/name = cnn``), not the spec's raw ``when``.
+
+    A config key that branches of a sub-space choice define each their own way
+    (``optimizer/lr`` and ``optimizer/lr@adam``) gets the union of its versions' domains (the
+    values of all, or the lowest ``low`` to the highest ``high``; unbounded when they mix),
+    and their conditions joined by ``or``.
+
+    Args:
+        versions: The :class:`tuner.spec.conditions.Param` s of the key (``spec.space.params``),
+            those with a distribution.
+    """
+    dumps = [p.dist.model_dump(exclude={"when"}) for p in versions if p.dist is not None]
+    domain = dumps[0]
+    if len(dumps) > 1:
+        if all("values" in d for d in dumps):
+            domain = {"type": "choice", "values": [v for d in dumps for v in d["values"]]}
+        elif all("low" in d and "high" in d for d in dumps):
+            domain = {"type": " | ".join(dict.fromkeys(d["type"] for d in dumps)),
+                      "low": min(d["low"] for d in dumps), "high": max(d["high"] for d in dumps)}
+        else:
+            domain = {"type": " | ".join(dict.fromkeys(d["type"] for d in dumps))}
+    if versions and all(p.conditions for p in versions):
+        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
+        domain["when"] = texts[0] if len(texts) == 1 else \
+            " or ".join(f"({t})" if " and " in t else t for t in texts)
+    return domain
+
+
 class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
     """Ray's ``TBXLoggerCallback`` with one HParams experiment for the whole run.
 
@@ -328,6 +359,11 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
     experiment summary into the experiment folder: every sampled parameter with its
     domain from the spec, and every metric the trials reported.
 
+    A conditional parameter (a ``when``, or a branch's parameter of a sub-space choice, and
+    the choice's branch name ``model/name``) has its domain like any other, and its
+    conditions as the description; a trial's session holds only the parameters the trial
+    has (an inactive one is left out, as from its config: TensorBoard shows it blank).
+
     Args:
         spec: The spec that runs.
         folder: Where the experiment summary goes; default the trials' parent folder.
@@ -338,7 +374,8 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
         super().__init__()
         self._folder = folder
         self._params = sampled_params(spec)
-        self._domains = {name: dist.model_dump() for name, dist in distributions(spec.param_space)}
+        self._domains = {name: _domain([p for p in spec.space.params if p.key == name])
+                         for name, _ in distributions(spec.param_space)}
         self._metric = spec.metric
         self._metrics: dict[str, None] = {}
         self._failed = False
@@ -350,6 +387,11 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         self._failed = failed
+        if self._params and not trial.evaluated_params and self.trial_scalar_tags(trial):
+            # Ray writes the session only for a trial with ``evaluated_params`` (what its variant
+            # generator sampled); a config given whole, as a conditional space's random and grid
+            # trials are (presets), has none: written here, before Ray closes the writer.
+            self.log_hparams(trial, {})
         super().log_trial_end(trial, failed)
 
     def log_hparams(self, trial, result: dict) -> None:
@@ -397,7 +439,8 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
     Args:
         folder: The experiment folder (the trials' parent, TensorBoard's ``--logdir``).
         domains: Sampled parameter name -> its distribution from the spec, as a dict
-            (``type``, ``low``/``high`` or ``values``).
+            (``type``, ``low``/``high`` or ``values``; ``when``, a conditional parameter's
+            conditions as text, becomes the description: ``active when optimizer = sgd``).
         metric: The spec's metric, listed first.
         metrics: Scalar tags the trials wrote, e.g. ``ray/tune/loss``; Ray's bookkeeping
             ones (``done``, ``time_this_iter_s``, ...) are left out.
@@ -411,6 +454,7 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
 
     infos = []
     for name, dist in domains.items():
+        about = {"description": f"active when {dist['when']}"} if dist.get("when") else {}
         if "values" in dist:
             values = [_hparam_value(v) for v in dist["values"]]
             kinds = {type(v) for v in values}
@@ -423,13 +467,13 @@ def write_hparams_experiment(folder: str | os.PathLike, domains: dict[str, dict]
                 dtype, values = "DATA_TYPE_STRING", [str(v) for v in values]
             domain = ListValue()
             domain.extend(list(dict.fromkeys(values)))
-            infos.append(HParamInfo(name=name, type=DataType.Value(dtype), domain_discrete=domain))
+            infos.append(HParamInfo(name=name, type=DataType.Value(dtype), domain_discrete=domain, **about))
         elif "low" in dist and "high" in dist:
             infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64"),
                                     domain_interval=Interval(min_value=float(dist["low"]),
-                                                             max_value=float(dist["high"]))))
+                                                             max_value=float(dist["high"])), **about))
         else:  # randn: unbounded
-            infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64")))
+            infos.append(HParamInfo(name=name, type=DataType.Value("DATA_TYPE_FLOAT64"), **about))
     first = [f"ray/tune/{metric}"] if metric and f"ray/tune/{metric}" in metrics else []
     # Scalars Ray adds to every result (tuner.params.RAY_RESULT_KEYS) stay in the scalars, out of the columns.
     tags = first + sorted(t for t in metrics if t not in first and t.removeprefix("ray/tune/") not in RAY_RESULT_KEYS)

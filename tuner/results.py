@@ -202,7 +202,7 @@ def _conditional_columns(frame: pd.DataFrame, spec: Spec, rows: list[dict[str, A
     order: list[str] = []
     for name, value in flatten(spec.param_space).items():
         if isinstance(value, SubspaceChoice):
-            order += [p.name for p in spec.space.params if p.name.startswith(name + "/")]
+            order += list(dict.fromkeys(p.key for p in spec.space.params if p.key.startswith(name + "/")))
         else:
             order.append(name)
     rank = {f"config/{name}": i for i, name in enumerate(order)}

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 import numpy as np
 from ray import tune
 
-from tuner.params import distributions, flatten, nest
+from tuner.params import flatten, nest
 from tuner.spec import Spec, _Dist
 from tuner.spec.conditions import Param
 from tuner.spec.distributions import SubspaceChoice
@@ -153,7 +153,7 @@ def to_ray_space(spec: Spec) -> dict[str, Any]:
         for name, value in flatten(spec.param_space).items():
             if isinstance(value, SubspaceChoice):
                 if not whole:
-                    out.update({p.name: PLACEHOLDER for p in space.params if p.name.startswith(name + "/")})
+                    out.update({p.key: PLACEHOLDER for p in space.params if p.key.startswith(name + "/")})
             elif isinstance(value, _Dist):
                 if not whole:
                     out[name] = PLACEHOLDER if name in involved else _to_ray(value, grid)
@@ -175,7 +175,7 @@ def to_ray_space(spec: Spec) -> dict[str, Any]:
 def _conditional_grid(spec: Spec) -> list[dict[str, Any]]:
     """Every valid combination of the conditional parameters (flat), each once."""
     space = spec.space
-    return space.enumerate(lambda p: grid_values(p.dist), names=space.conditional_names)
+    return [space.keyed(c) for c in space.enumerate(lambda p: grid_values(p.dist), names=space.conditional_names)]
 
 
 def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[str, Any]]:
@@ -212,8 +212,8 @@ def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[s
     out = []
     for point in points[:count]:
         flat = flatten(point)
-        out.append(nest({**flat, **space.sample(draw, fixed=flat, names=involved)}))
-    out += [nest(space.sample(draw, names=involved)) for _ in range(count - len(out))]
+        out.append(nest({**flat, **space.keyed(space.sample(draw, fixed=flat, names=involved))}))
+    out += [nest(space.keyed(space.sample(draw, names=involved))) for _ in range(count - len(out))]
     return out
 
 
@@ -258,10 +258,8 @@ def grid_size(spec: Spec) -> int:
     grid = spec.search.algorithm == "grid"
     space = spec.space
     involved = space.conditional_names if space.conditional and grid else frozenset()
-    sizes = [
-        len(grid_values(v)) for name, v in distributions(spec.param_space)
-        if name not in involved and (v.type == "grid" or (grid and (v.type == "choice" or getattr(v, "grid_points", None))))
-    ]
+    sizes = [len(grid_values(p.dist)) for p in space.params if p.dist is not None and p.name not in involved
+             and (p.dist.type == "grid" or grid and (p.dist.type == "choice" or p.dist.is_numeric_range))]
     if involved:
         sizes.append(len(_conditional_grid(spec)))
     return math.prod(sizes) if sizes else 1

@@ -112,6 +112,17 @@ def _get(config: dict, dotted: str) -> Any:
     return node
 
 
+def _has(config: dict, dotted: str | None) -> bool:
+    """Whether the config has the parameter (a conditional space leaves an inactive one out)."""
+    if dotted is None:
+        return False
+    try:
+        _get(config, dotted)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
 def _set(config: dict, dotted: str, value: Any) -> None:
     *parents, last = dotted.split(".")
     node = config
@@ -149,7 +160,7 @@ def _back_off(config: dict, param: str, min_batch: int, err: BaseException) -> N
 def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
     res = spec.resources
     extra = {}
-    if spec.oom_backoff:
+    if spec.oom_backoff and _has(config, spec.oom_backoff):
         extra[f"{spec.oom_backoff}_used"] = _get(config, spec.oom_backoff)
     return trial.TrialOptions(
         amp=spec.amp,
@@ -212,7 +223,7 @@ def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
         try:
             return fn(config)
         except Exception as err:  # only OOM is handled, the rest re-raised
-            if not (spec.oom_backoff and _is_oom(err)):
+            if not (spec.oom_backoff and _has(config, spec.oom_backoff) and _is_oom(err)):
                 raise
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
             trial.configure(_options(spec, config, distributed=False), keep_checkpoint=True)
@@ -324,7 +335,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
             trainer.fit()
             return
         except Exception as err:  # only OOM is handled, the rest re-raised
-            if not (spec.oom_backoff and _is_oom(err)):
+            if not (spec.oom_backoff and _has(config, spec.oom_backoff) and _is_oom(err)):
                 raise
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
             resume_from = _newest_checkpoint(join(trial_dir, run_name)) or resume_from

@@ -6,7 +6,6 @@ and its hypervolume (:mod:`tuner.pareto`). No Ray, no matplotlib.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -14,12 +13,12 @@ import pandas as pd
 from tuner import pareto
 from tuner.best import ERROR, is_finite_number
 from tuner.layout import RUN_RECORD
-from tuner.params import distributions
 from tuner.report.loading import Experiment, _numeric, _py, _read_json
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
 
-__all__ = ["scheduler_rungs", "budget", "importances", "objective_points", "feasibility", "pareto_facts"]
+__all__ = ["scheduler_rungs", "budget", "importances", "importance_facts", "MIN_ACTIVE_TRIALS", "active_label",
+           "objective_points", "feasibility", "pareto_facts"]
 
 
 def scheduler_rungs(spec: Spec | None) -> list[float]:
@@ -98,8 +97,35 @@ def _results_span(exp: Experiment) -> float | None:
     return float(h["timestamp"].max() - starts.min())
 
 
+def active_label(exp: Experiment, name: str) -> str | None:
+    """``active in 3 of 8 trials (when optimizer = sgd)`` for a conditional parameter, else None."""
+    if name not in exp.conditional_params:
+        return None
+    cond = exp.condition(name)
+    return (f"active in {int(exp.active(name).sum())} of {len(exp.trials)} trials"
+            + (f" (when {cond})" if cond else ""))
+
+
+#: The fewest trials with a value of the metric, among those where a conditional parameter is
+#: active, for its importance there; with fewer the report leaves the parameter out and says so.
+MIN_ACTIVE_TRIALS = 5
+
+
 def importances(exp: Experiment) -> tuple[dict[str, float], str]:
     """Parameter importances of the metric: Optuna's fANOVA over the trials.
+
+    The importances over the parameters every trial has; :func:`importance_facts` also gives
+    each conditional parameter's importance over the trials where it is active.
+
+    Returns:
+        ``({param: importance}, note)``: :func:`importance_facts`' ``importances`` and ``note``.
+    """
+    facts = importance_facts(exp)
+    return facts["importances"], facts["note"]
+
+
+def importance_facts(exp: Experiment) -> dict[str, Any]:
+    """Parameter importances of the metric: Optuna's fANOVA (``FanovaImportanceEvaluator``) over the trials.
 
     The trials become an Optuna study (``optuna.trial.create_trial``): TERMINATED trials
     that ran to the end are COMPLETE with their last value, trials stopped early are
@@ -109,12 +135,29 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
     instead (the note says so). Parameter distributions are the observed ranges (log
     scale for the spec's log types), categorical for non-numbers.
 
+    A conditional parameter (a ``when``, or a branch of a sub-space choice) is absent from
+    the trials where it is inactive, and so from their Optuna trials (a define-by-run
+    study's trials). Optuna's importances then cover the parameters every trial with a
+    value has (``optuna.search_space.intersection_search_space``): ``importances``, summing
+    to 1. Each other parameter is assessed over the trials where it is active, when at
+    least :data:`MIN_ACTIVE_TRIALS` of them have a value: fANOVA over those trials and the
+    parameters that vary among them (Optuna's ``params=``, which keeps the trials that have
+    them all); its share of the variance there is ``within_active``, not comparable with
+    ``importances`` (other trials, other parameters). Otherwise it is in ``left_out``, with why.
+
     Returns:
-        ``({param: importance}, note)``; the importances sum to 1, highest first, or
-        are empty with the note saying why.
+        ``importances`` (``{param: importance}``, highest first, summing to 1; empty when
+        none could be worked out), ``note`` (how, or why not), ``trials`` (the trials with a
+        value the importances used), ``within_active`` (``{param: {importance, trials,
+        among, when}}``: the share of the variance among the ``trials`` where the
+        parameter is active, ``among`` the other parameters that vary there, ``when`` its
+        condition or None), ``left_out`` (``[{name, active, of, reason}]``: a parameter in
+        no importance, active in ``active`` of the ``of`` trials with a value).
     """
+    facts: dict[str, Any] = {"importances": {}, "note": "", "trials": 0, "within_active": {}, "left_out": []}
     if not exp.metric or not exp.params:
-        return {}, "no metric or no sampled parameter"
+        facts["note"] = "no metric or no sampled parameter"
+        return facts
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution
     from optuna.trial import TrialState, create_trial
@@ -124,8 +167,7 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
     last = exp.last_col
     complete = t[(t["status"] == "TERMINATED") & ~t["stopped_early"] & t[last].map(is_finite_number)]
     values = dict(zip(complete["trial_id"], complete[last]))
-    note = (f"fANOVA (Optuna) over the {len(complete)} trials that ran to the end; trials stopped early "
-            "count as pruned")
+    over = f"the {len(complete)} trials that ran to the end; trials stopped early count as pruned"
     use_pruned = True
     if len(complete) < 2:
         ok = t[(t["status"] != "ERROR") & (t["iterations"] > 0)]
@@ -133,36 +175,40 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
         h = exp.history
         at = h[(h["training_iteration"] == level) & h["trial_id"].isin(ok["trial_id"])] if level else h.iloc[0:0]
         values = {tid: v for tid, v in zip(at["trial_id"], at.get(exp.metric, [])) if is_finite_number(v)}
-        note = (f"fANOVA (Optuna) over the {exp.metric} of {len(values)} trials at iteration {level}, the "
-                "last one every trial that reported reached: fewer than 2 trials ran to the end")
+        over = (f"the {exp.metric} of {len(values)} trials at iteration {level}, the last one every trial that "
+                "reported reached: fewer than 2 trials ran to the end")
         use_pruned = False
+    facts["trials"] = len(values)
     if len(values) < 2:
-        return {}, f"needs at least 2 trials with a finite {exp.metric}"
-    log_params = {name for name, d in distributions(exp.spec.param_space)
-                  if "log" in d.type} if exp.spec else set()
+        facts["note"] = f"needs at least 2 trials with a finite {exp.metric}"
+        return facts
+    log_params = {name for name in exp.params if exp.log_scale(name)}
+    with_value = t["trial_id"].isin(list(values))
     dists: dict[str, Any] = {}
     for name in exp.params:
         col = t.get(f"config/{name}")
-        if col is None:
-            continue
-        vals = [v for v in col.tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))]
-        if not vals:
-            continue
-        if all(_numeric(v) for v in vals):
+        vals = [] if col is None else [v for v in map(_py, col.tolist()) if v is not None]
+        if all(_numeric(v) for v in vals) and vals:
             low, high = float(min(vals)), float(max(vals))
             if low < high:
                 dists[name] = FloatDistribution(low, high, log=name in log_params and low > 0)
         elif len({str(v) for v in vals}) > 1:
             dists[name] = CategoricalDistribution(sorted({str(v) for v in vals}))
+        if name not in dists:
+            active = int((exp.active(name) & with_value).sum())
+            reason = "takes one value in the trials that have it" if vals else "active in no trial"
+            facts["left_out"].append({"name": name, "active": active, "of": len(values), "reason": reason})
     if not dists:
-        return {}, "no parameter varies between the trials"
+        facts["note"] = "no parameter varies between the trials"
+        return facts
     study = optuna.create_study(direction="minimize" if exp.mode == "min" else "maximize")
     h = exp.history
     for _, row in t.iterrows():
         params = {}
         for name, dist in dists.items():
-            v = row[f"config/{name}"]
-            params[name] = str(v) if isinstance(dist, CategoricalDistribution) else float(v)
+            v = _py(row[f"config/{name}"])
+            if v is not None:  # a conditional parameter the trial does not have
+                params[name] = str(v) if isinstance(dist, CategoricalDistribution) else float(v)
         if row["trial_id"] in values:
             state, value = TrialState.COMPLETE, float(values[row["trial_id"]])
         elif use_pruned and row["stopped_early"]:
@@ -176,13 +222,55 @@ def importances(exp: Experiment) -> tuple[dict[str, float], str]:
             g = h[(h["trial_id"] == row["trial_id"])]
             inter = {int(i): float(v) for i, v in zip(g["training_iteration"], g[exp.metric]) if is_finite_number(v)}
         try:
-            study.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
-                                         intermediate_values=inter))
+            study.add_trial(create_trial(state=state, value=value, params=params,
+                                         distributions={k: dists[k] for k in params}, intermediate_values=inter))
         except ValueError:
             continue
-    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-    result = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
-    return {k: float(v) for k, v in result.items()}, note
+
+    def fanova(params: list[str] | None) -> dict[str, float] | None:
+        """Optuna's fANOVA; None when the metric is the same in every trial it uses (Optuna raises
+        "zero total variance")."""
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+        try:
+            result = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params,
+                                                             normalize=True)
+        except RuntimeError:
+            return None
+        return {k: float(v) for k, v in result.items()}
+
+    found = fanova(None)
+    if found is None:
+        facts["note"] = f"the {exp.metric} is the same in every trial: no parameter explains any of its variance"
+        return facts
+    facts["importances"] = found
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    for name in dists:
+        if name in facts["importances"]:
+            continue
+        here = [tr for tr in done if name in tr.params]
+        if len(here) < MIN_ACTIVE_TRIALS:
+            facts["left_out"].append({"name": name, "active": len(here), "of": len(done),
+                                      "reason": f"too few: fANOVA over the trials where it is active needs at "
+                                                f"least {MIN_ACTIVE_TRIALS}"})
+            continue
+        vary = [q for q in dists if all(q in tr.params for tr in here) and len({tr.params[q] for tr in here}) > 1]
+        if name not in vary:
+            facts["left_out"].append({"name": name, "active": len(here), "of": len(done),
+                                      "reason": "takes one value in the trials where it is active"})
+            continue
+        share = fanova(vary)
+        if share is None:
+            facts["left_out"].append({"name": name, "active": len(here), "of": len(done),
+                                      "reason": f"the {exp.metric} is the same in the trials where it is active"})
+            continue
+        facts["within_active"][name] = {"importance": share[name], "trials": len(here),
+                                        "among": [q for q in vary if q != name], "when": exp.condition(name)}
+    facts["note"] = f"fANOVA (Optuna) over {over}"
+    if facts["within_active"] or any(e["reason"].startswith("too few") for e in facts["left_out"]):
+        facts["note"] += (f"; the parameters every one of them has share the importances; each conditional "
+                          f"parameter is assessed over the trials where it is active (at least "
+                          f"{MIN_ACTIVE_TRIALS}), as its share among the parameters that vary there")
+    return facts
 
 
 def objective_points(exp: Experiment) -> dict[str, list[float] | None]:

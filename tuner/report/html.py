@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from tuner.files import atomic_write
-from tuner.report.analysis import scheduler_rungs
+from tuner.report.analysis import active_label, scheduler_rungs
 from tuner.report.loading import Experiment
 from tuner.report.plots import _plots, _save_pngs, _x_attr
 from tuner.report.text import _display_frame, _header, pareto_frame, pareto_lines, pbt_lines
@@ -56,6 +56,32 @@ def _frame_html(frame) -> str:
     rows = "".join("<tr>" + "".join(f'<td class="{"id" if c == "trial_id" else ""}">{html.escape(str(v))}</td>'
                                     for c, v in r.items()) + "</tr>" for _, r in frame.iterrows())
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _importances_html(facts: dict) -> str:
+    """The importances as tables: over every trial; each conditional parameter over the trials
+    where it is active; the parameters left out, with why."""
+    e = html.escape
+    out = []
+    imp = facts["importances"]
+    if imp:
+        rows = "".join(f"<tr><td class='id'>{e(k)}</td><td>{v:.3f}</td></tr>" for k, v in imp.items())
+        out.append(f"<table><thead><tr><th class='id'>parameter</th><th>importance</th></tr></thead>"
+                   f"<tbody>{rows}</tbody></table>")
+    within = facts["within_active"]
+    if within:
+        rows = "".join(f"<tr><td class='id'>{e(k)}</td><td class='id'>{e(w['when'] or '-')}</td><td>{w['trials']}</td>"
+                       f"<td class='id'>{e(', '.join(w['among']) or '-')}</td><td>{w['importance']:.3f}</td></tr>"
+                       for k, w in within.items())
+        out.append("<p class=\"facts\">Conditional parameters, each over the trials where it is active (its share "
+                   "among the parameters that vary there; not comparable with the table above):</p>"
+                   "<table><thead><tr><th class='id'>parameter</th><th class='id'>active when</th><th>trials</th>"
+                   f"<th class='id'>among</th><th>importance</th></tr></thead><tbody>{rows}</tbody></table>")
+    if facts["left_out"]:
+        items = "".join(f"<li>{e(x['name'])}: active in {x['active']} of the {x['of']} trials with a value, "
+                        f"{e(x['reason'])}</li>" for x in facts["left_out"])
+        out.append(f"<p class=\"facts\">Left out:</p><ul class=\"note\">{items}</ul>")
+    return "\n".join(out)
 
 
 def _pareto_section(exp: Experiment, pngs: dict[str, bytes], facts: dict | None) -> str:
@@ -127,10 +153,11 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
     wall = ("unknown" if b["wall_time_s"] is None else
             f"{b['wall_time_s']:.1f} s, against about {b['wall_time_s_without_early_stopping']:.1f} s"
             f"{pct(b['wall_time_s'], b['wall_time_s_without_early_stopping'])}")
-    imp = facts["importances"]
-    imp_rows = "".join(f"<tr><td class='id'>{e(k)}</td><td>{v:.3f}</td></tr>" for k, v in imp.items())
-    imp_table = (f"<table><thead><tr><th class='id'>parameter</th><th>importance</th></tr></thead>"
-                 f"<tbody>{imp_rows}</tbody></table>") if imp else ""
+    imp_table = _importances_html(facts["importance_facts"])
+    conditional = exp.conditional_params
+    params_note = ("<p class=\"note\">A conditional parameter's plot shows only the trials where it is active: "
+                   + "; ".join(f"{e(name)} {e(str(active_label(exp, name)))}" for name in conditional)
+                   + ".</p>") if conditional else ""
     rungs = scheduler_rungs(exp.spec)
     rung_note = (f"Dashed lines: the {exp.spec.scheduler.type} rungs at {', '.join(f'{r:g}' for r in rungs)} "
                  f"{_x_attr(exp)}; x: where a trial was stopped early." if rungs else
@@ -176,6 +203,7 @@ alike (same parallelism).</p>
 <p class="note">{e(rung_note)}</p>
 <h2>{e(str(exp.metric))} against each parameter</h2>
 {_img(pngs, "metric_vs_params", "metric against parameters")}
+{params_note}
 {pbt_section}<h2>Parallel coordinates of the top trials</h2>
 {_img(pngs, "parallel_coordinates", "parallel coordinates")}
 <h2>Parameter importances</h2>

@@ -150,6 +150,63 @@ class Experiment:
             return None
         return self.config_of(self.best_trial)
 
+    def active(self, name: str) -> pd.Series:
+        """Which trials have the parameter ``name`` in their config (bool, in :attr:`trials` order).
+
+        A conditional parameter (``when``, or a branch of a sub-space choice) is absent from the
+        config of a trial where it is inactive; any other parameter is in every trial's config
+        (but a trial whose config is not known yet).
+        """
+        col = self.trials.get(f"config/{name}")
+        if col is None:
+            return pd.Series(False, index=self.trials.index)
+        return col.map(lambda v: _py(v) is not None).astype(bool)
+
+    def _versions(self, name: str) -> list:
+        """The spec's parameters (:class:`tuner.spec.conditions.Param`) under the config key ``name``:
+        one, or one per branch that defines the key its own way (``optimizer/lr``, ``optimizer/lr@adam``)."""
+        return [p for p in self.spec.space.params if p.key == name] if self.spec is not None else []
+
+    def condition(self, name: str) -> str | None:
+        """When the parameter ``name`` (a config key) is active, from the spec: ``optimizer = sgd``,
+        ``model/name = cnn and layers in [2, 3]``; for a key that branches define each their own way,
+        each version's condition joined by ``or``. None for an unconditional parameter or without a spec."""
+        versions = self._versions(name)
+        if not versions or any(not p.conditions for p in versions):
+            return None
+        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
+        if len(texts) == 1:
+            return texts[0]
+        return " or ".join(f"({t})" if " and " in t else t for t in texts)
+
+    def log_scale(self, name: str) -> bool | None:
+        """Whether the spec samples the parameter ``name`` on a log scale (every version of the key,
+        for a key that branches define each their own way); None without a spec or distribution."""
+        dists = [p.dist for p in self._versions(name) if p.dist is not None]
+        return all("log" in d.type for d in dists) if dists else None
+
+    def param_type(self, name: str) -> str | None:
+        """The spec's distribution type of the parameter ``name`` (``uniform``; ``uniform | loguniform``
+        for a key whose versions differ); None without a spec."""
+        types = [p.dist.type for p in self._versions(name) if p.dist is not None]
+        return " | ".join(dict.fromkeys(types)) or None
+
+    @property
+    def conditional_keys(self) -> list[str]:
+        """The config names (``/``-joined) that a trial lacks where they are inactive: with a spec,
+        its parameters with a condition (a ``when``, or a branch of a sub-space choice: a branch's
+        constants too); without one, the ``config/`` columns that some trials lack."""
+        if self.spec is not None:
+            return list(dict.fromkeys(p.key for p in self.spec.space.params if p.conditions))
+        names = [c[len("config/"):] for c in self.trials.columns if c.startswith("config/")]
+        return [n for n in names if not self.active(n).all() and self.active(n).any()]
+
+    @property
+    def conditional_params(self) -> list[str]:
+        """The sampled parameters that some trials lack (:attr:`conditional_keys`), in :attr:`params` order."""
+        keys = set(self.conditional_keys)
+        return [p for p in self.params if p in keys]
+
     def config_of(self, trial_id: str) -> dict:
         """A trial's config (nested, as the train function saw it): its ``params.json``, else its row.
 
@@ -439,6 +496,11 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         rows.append(row)
 
     trials = pd.DataFrame(rows, columns=None if rows else ["trial_id", "status", "iterations", "time_total_s"])
+    for col in [c for c in trials.columns if c.startswith("config/")]:
+        # A conditional parameter is absent from the config of a trial where it is inactive: its
+        # column holds None there (not NaN, not a default), and integers stay integers.
+        if any(col not in r for r in rows):
+            trials[col] = pd.Series([r.get(col) for r in rows], index=trials.index, dtype=object)
     if metric:
         for col in (f"last_{metric}", f"best_{metric}", *(f"last_{m}" for m in extra_last),
                     *(f"best_{m}" for m in extra_best)):
@@ -482,7 +544,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     if spec is not None:
         params = [name for name, _ in distributions(spec.param_space)]
     else:  # no spec: the config keys that differ between trials
-        params = [c[len("config/"):] for c in config_cols if trials[c].astype(str).nunique() > 1]
+        # (absent counts as a value: a conditional parameter may take one value where it is active)
+        params = [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(_py(v))).nunique() > 1]
     if summary is not None and not running:
         if summary.get("aborted"):
             status = "aborted"

@@ -11,13 +11,15 @@ import io
 import itertools
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from tuner.best import has_result, is_finite_number
 from tuner.files import atomic_write
-from tuner.params import distributions, flatten
-from tuner.report.analysis import budget, importances, objective_points, pareto_facts, scheduler_rungs
+from tuner.params import flatten
+from tuner.report.analysis import (active_label, budget, importance_facts, objective_points, pareto_facts,
+                                   scheduler_rungs)
 from tuner.report.loading import Experiment, _numeric, _py
 
 __all__ = ["write_plots"]
@@ -86,19 +88,20 @@ def _plot_curves(exp: Experiment):
 
 
 def _param_values(exp: Experiment, name: str) -> tuple[list, bool, list | None]:
-    """Values of a parameter per trial (in trials order), whether numeric, and category labels."""
+    """Values of a parameter per trial (in trials order; None where the trial does not have it:
+    a conditional parameter, inactive), whether numeric, and category labels."""
     vals = [_py(v) for v in exp.trials[f"config/{name}"]]
     if all(v is None or _numeric(v) for v in vals):
         return vals, True, None
-    labels = sorted({str(v) for v in vals})
-    return [labels.index(str(v)) for v in vals], False, labels
+    labels = sorted({str(v) for v in vals if v is not None})
+    return [None if v is None else labels.index(str(v)) for v in vals], False, labels
+
 
 
 def _log_param(exp: Experiment, name: str, vals: list) -> bool:
-    if exp.spec:
-        for n, d in distributions(exp.spec.param_space):
-            if n == name:
-                return "log" in d.type
+    log = exp.log_scale(name)
+    if log is not None:  # the spec's distribution
+        return log
     pos = [v for v in vals if v is not None and v > 0]
     return len(pos) == len(vals) and bool(pos) and max(pos) / min(pos) > 100
 
@@ -134,11 +137,19 @@ def _plot_params(exp: Experiment):
             ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 4 else 0)
         ax.set_xlabel(name)
         ax.set_ylabel(f"{exp.metric} (last)")
+        active = active_label(exp, name)
+        if active:  # its points: only the trials that have it
+            ax.set_title(textwrap.fill(active, 60), fontsize=8)
         ax.grid(alpha=0.3)
         if i == 0:
             ax.legend(fontsize=7)
-    fig.suptitle(f"{exp.metric} (last reported) against each parameter")
+    conditional = " (a conditional parameter: the trials where it is active only)" if exp.conditional_params else ""
+    fig.suptitle(f"{exp.metric} (last reported) against each parameter{conditional}")
     return fig
+
+
+#: Where a trial without a conditional parameter meets that parameter's axis, below its range [0, 1].
+_INACTIVE = -0.3
 
 
 def _plot_parallel(exp: Experiment, top: int):
@@ -148,22 +159,27 @@ def _plot_parallel(exp: Experiment, top: int):
     params = [p for p in exp.params if f"config/{p}" in t]
     if t.empty or not params:
         return None
-    axes_cols: list[tuple[str, list[float], list[str]]] = []  # (label, values in [0, 1], tick labels low/high)
+    # (label, values in [0, 1] or INACTIVE, tick labels low/high)
+    axes_cols: list[tuple[str, list[float], list[str]]] = []
     for name in params:
         vals, numeric, labels = _param_values(exp, name)
         idx = [exp.trials.index.get_loc(i) for i in t.index]
         vals = [vals[i] for i in idx]
-        if numeric:
-            num = [float(v) if v is not None else math.nan for v in vals]
-            log = _log_param(exp, name, [v for v in num if not math.isnan(v)])
-            scaled = [math.log10(v) if log and v > 0 else v for v in num]
-            lo, hi = min(scaled), max(scaled)
-            norm = [(v - lo) / (hi - lo) if hi > lo else 0.5 for v in scaled]
+        if all(v is None for v in vals):
+            axes_cols.append((name, [_INACTIVE] * len(vals), ["", ""]))
+        elif numeric:
+            log = _log_param(exp, name, [v for v in vals if v is not None])
+            scaled = [None if v is None else math.log10(v) if log and v > 0 else float(v) for v in vals]
+            present = [v for v in scaled if v is not None]
+            lo, hi = min(present), max(present)
+            norm = [_INACTIVE if v is None else (v - lo) / (hi - lo) if hi > lo else 0.5 for v in scaled]
             lo_v, hi_v = (10 ** lo, 10 ** hi) if log else (lo, hi)
             axes_cols.append((name, norm, [f"{lo_v:.3g}", f"{hi_v:.3g}"]))
         else:
+            assert labels is not None
             k = max(1, len(labels) - 1)
-            axes_cols.append((name, [v / k if len(labels) > 1 else 0.5 for v in vals], [labels[0], labels[-1]]))
+            axes_cols.append((name, [_INACTIVE if v is None else v / k if len(labels) > 1 else 0.5 for v in vals],
+                              [labels[0], labels[-1]]))
     m = [float(v) for v in t[exp.last_col]]
     lo, hi = min(m), max(m)
     axes_cols.append((f"{exp.metric} (last)", [(v - lo) / (hi - lo) if hi > lo else 0.5 for v in m],
@@ -176,32 +192,51 @@ def _plot_parallel(exp: Experiment, top: int):
         best = t["trial_id"].iloc[j] == exp.best_trial
         ax.plot(xs, [c[1][j] for c in axes_cols], color="crimson" if best else colors[j], lw=2.6 if best else 1.3,
                 alpha=1 if best else 0.85, zorder=3 if best else 2, marker="o", ms=3)
-    for x, (_label, _, ticks) in zip(xs, axes_cols):
-        ax.axvline(x, color="black", lw=1, zorder=1)
+    inactive = any(_INACTIVE in c[1] for c in axes_cols)
+    for x, (_label, norm, ticks) in zip(xs, axes_cols):
+        ax.plot([x, x], [-0.02, 1.02], color="black", lw=1, zorder=1)
         ax.text(x, -0.06, ticks[0], ha="center", va="top", fontsize=8)
         ax.text(x, 1.06, ticks[1], ha="center", va="bottom", fontsize=8)
+        if _INACTIVE in norm:  # a conditional parameter: the trials without it meet its axis below, apart
+            ax.plot([x], [_INACTIVE], "s", color="lightgrey", ms=9, zorder=1)
+            ax.text(x + 0.06, _INACTIVE, "inactive", ha="left", va="center", fontsize=7, style="italic",
+                    color="dimgrey")
     ax.set_xticks(xs, [c[0] for c in axes_cols])
     ax.set_yticks([])
-    ax.set_ylim(-0.18, 1.18)
+    ax.set_ylim(_INACTIVE - 0.1 if inactive else -0.18, 1.18)
     ax.set_xlim(-0.3, len(axes_cols) - 0.7)
-    for side in ("top", "right", "left"):
+    for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
-    ax.set_title(f"Parallel coordinates of the top {len(t)} trials (best in red; darker = better)")
+    ax.set_title(f"Parallel coordinates of the top {len(t)} trials (best in red; darker = better)"
+                 + ("\n'inactive': below a conditional parameter's axis, the trials that do not have it" if inactive
+                    else ""))
     return fig
 
 
-def _plot_importances(imp: dict[str, float], note: str):
-    if not imp:
+def _plot_importances(facts: dict[str, Any]):
+    """The importances as bars; a conditional parameter's share over the trials where it is
+    active in a second panel (another set of trials: not comparable with the first)."""
+    imp, within = facts["importances"], facts["within_active"]
+    if not imp and not within:
         return None
-    names = list(imp)[::-1]
-    fig = _figure(7, 0.5 * len(names) + 1.6)
-    ax = fig.add_subplot()
-    ax.barh(names, [imp[n] for n in names], color="tab:blue")
-    for i, n in enumerate(names):
-        ax.text(imp[n], i, f" {imp[n]:.2f}", va="center", fontsize=9)
-    ax.set_xlim(0, 1.1)
-    ax.set_xlabel("importance (sums to 1)")
-    ax.set_title("Parameter importances (fANOVA)")
+    panels = [p for p in ((imp, "tab:blue", f"importance over the {facts['trials']} trials (sums to 1)",
+                           "Parameter importances (fANOVA)"),
+                          ({n: w["importance"] for n, w in within.items()}, "tab:purple",
+                           "share of the variance among the trials where it is active",
+                           "Conditional parameters, over the trials where each is active")) if p[0]]
+    heights = [0.5 * len(p[0]) + 1.4 for p in panels]
+    fig = _figure(7, sum(heights))
+    grid = fig.add_gridspec(len(panels), 1, height_ratios=heights)
+    for k, (values, color, xlabel, title) in enumerate(panels):
+        ax = fig.add_subplot(grid[k])
+        names = list(values)[::-1]
+        labels = [f"{n} ({within[n]['trials']} trials)" if values is not imp else n for n in names]
+        ax.barh(labels, [values[n] for n in names], color=color)
+        for i, n in enumerate(names):
+            ax.text(values[n], i, f" {values[n]:.2f}", va="center", fontsize=9)
+        ax.set_xlim(0, 1.1)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
     return fig
 
 
@@ -388,14 +423,14 @@ def _plot_hypervolume(exp: Experiment, facts: dict[str, Any] | None):
 
 def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Render every plot to PNG bytes; also returns the facts shown beside them."""
-    imp, note = importances(exp)
+    imp = importance_facts(exp)
     b = budget(exp)
     front = pareto_facts(exp)
     figs = {
         "learning_curves": _plot_curves(exp),
         "metric_vs_params": _plot_params(exp),
         "parallel_coordinates": _plot_parallel(exp, top),
-        "importances": _plot_importances(imp, note),
+        "importances": _plot_importances(imp),
         "budget": _plot_budget(b) if not exp.trials.empty else None,
         "pbt_schedule": _plot_pbt_schedule(exp) if exp.pbt else None,
         "pbt_lineage": _plot_pbt_lineage(exp) if exp.pbt else None,
@@ -403,7 +438,8 @@ def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]
         "hypervolume": _plot_hypervolume(exp, front),
     }
     return ({k: _png(f) for k, f in figs.items() if f is not None},
-            {"importances": imp, "note": note, "budget": b, "pareto": front})
+            {"importances": imp["importances"], "note": imp["note"], "importance_facts": imp, "budget": b,
+             "pareto": front})
 
 
 def write_plots(exp: Experiment, folder: str | os.PathLike, top: int = 10) -> dict[str, Path]:

@@ -11,10 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.report.analysis import budget, feasibility, pareto_facts
+from tuner.report.analysis import active_label, budget, feasibility, importance_facts, pareto_facts
 from tuner.report.loading import Experiment, ReportError, _is_experiment, _py, load_experiment
 
-__all__ = ["render", "list_experiments", "render_list", "pbt_lines", "pareto_lines", "pareto_frame", "FORMATS"]
+__all__ = ["render", "list_experiments", "render_list", "pbt_lines", "pareto_lines", "pareto_frame", "parameter_lines",
+           "parameters", "FORMATS"]
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -50,6 +51,44 @@ def _header(exp: Experiment) -> list[str]:
         else:
             lines.append(f"Best trial {exp.best_trial} (*): {exp.metric}={_fmt(row[exp.last_col])}")
     return lines
+
+
+def parameter_lines(exp: Experiment) -> list[str]:
+    """The conditional parameters section: each one's condition and how many trials have it.
+
+    Returns:
+        Lines of text (``momentum: active in 3 of 8 trials (when optimizer = sgd)``); empty
+        when no parameter is conditional.
+    """
+    names = exp.conditional_params
+    if not names:
+        return []
+    return ["Conditional parameters (a trial has one only where its condition holds; '-' where it does not):",
+            *(f"  {name}: {active_label(exp, name)}" for name in names)]
+
+
+def parameters(exp: Experiment) -> list[dict[str, Any]]:
+    """The sampled parameters, for ``--format json``.
+
+    Returns:
+        One ``{name, type, active_trials}`` per parameter, in :attr:`Experiment.params`
+        order: ``type`` the spec's distribution (``uniform | loguniform`` for a key that
+        branches define each their own way; absent without a spec), ``active_trials``
+        how many trials have the parameter; a conditional parameter adds ``when``, its
+        condition as text (``optimizer = sgd``).
+    """
+    out = []
+    for name in exp.params:
+        entry: dict[str, Any] = {"name": name}
+        kind = exp.param_type(name)
+        if kind is not None:
+            entry["type"] = kind
+        entry["active_trials"] = int(exp.active(name).sum())
+        cond = exp.condition(name)
+        if cond is not None:
+            entry["when"] = cond
+        out.append(entry)
+    return out
 
 
 def _objective_label(metric: str, mode: str) -> str:
@@ -178,12 +217,16 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
         exp: From :func:`load_experiment`.
         fmt: ``table`` (a header and the trials, best marked ``*``), ``csv`` (every
             column of :attr:`Experiment.trials`) or ``json`` (``experiment``: status,
-            best trial and config, budget, for a PBT/PB2 run ``perturbations`` and
+            best trial and config, budget, ``parameters`` (:func:`parameters`),
+            ``importances`` (:func:`tuner.report.analysis.importance_facts`), for a
+            PBT/PB2 run ``perturbations`` and
             ``best_schedule``, with several objectives or constraints ``objectives``,
             ``constraints`` and the feasible/infeasible counts under ``trials``, with
             several objectives ``pareto_front``, ``hypervolume`` and
-            ``hypervolume_history``; ``trials``: one object per trial). A PBT/PB2 run's
-            table has the :func:`pbt_lines` under its header; one with several
+            ``hypervolume_history``; ``trials``: one object per trial, without the
+            ``config/<param>`` of a conditional parameter the trial does not have). A
+            table with conditional parameters has the :func:`parameter_lines` under its
+            header; a PBT/PB2 run's, the :func:`pbt_lines`; one with several
             objectives or constraints, the :func:`pareto_lines`.
         top: Only the ``top`` best trials.
 
@@ -193,6 +236,9 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
     t = exp.trials.head(top) if top else exp.trials
     if fmt == "table":
         lines = _header(exp)
+        conditional = parameter_lines(exp)
+        if conditional:
+            lines += ["", *conditional]
         pbt = pbt_lines(exp)
         if pbt:
             lines += ["", *pbt]
@@ -208,6 +254,11 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
         return t.to_csv(index=False)
     if fmt == "json":
         trials = json.loads(t.to_json(orient="records", double_precision=15))
+        absent = [f"config/{k}" for k in exp.conditional_keys]
+        for record in trials:  # a parameter a trial does not have is absent from its record, as from its config
+            for key in absent:
+                if record.get(key, 0) is None:
+                    del record[key]
         doc = {"experiment": _facts(exp), "trials": trials}
         return json.dumps(doc, indent=2, default=str) + "\n"
     raise ValueError(f"unknown format {fmt!r}; allowed: table, csv, json (html: write_html)")
@@ -226,6 +277,8 @@ def _facts(exp: Experiment) -> dict[str, Any]:
         "best": None if exp.best_trial is None else {"trial_id": exp.best_trial, "value": best_value,
                                                     "config": exp.best_config},
         "budget": budget(exp),
+        "parameters": parameters(exp),
+        "importances": importance_facts(exp),
         **({"perturbations": exp.perturbations, "best_schedule": exp.schedule} if exp.pbt else {}),
         **_pareto_facts_json(exp),
     }

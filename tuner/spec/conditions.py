@@ -67,13 +67,18 @@ class Param:
     """One parameter of the expanded space.
 
     Attributes:
-        name: Its name, parts joined by ``/`` (``lr``, ``opt/lr``, ``model/channels``): the
-            config's nesting and ``results.csv``'s ``config/<name>`` column.
+        name: Its name, parts joined by ``/`` (``lr``, ``opt/lr``, ``model/channels``), unique
+            in the space: what conditions name, and the searchers' name for it.
         path: Its field in the spec (``param_space.model.values.0.channels``).
         dist: Its distribution, or None for a constant of a sub-space branch.
         value: The constant (when ``dist`` is None).
         conditions: What must hold for it to be active (all of them); empty for an
             unconditional parameter.
+        key: Its key in a trial's config, parts joined by ``/`` (``results.csv``'s
+            ``config/<key>`` column): the name, except for a parameter that two branches of
+            a sub-space choice define differently (``lr`` with another range under ``adam``),
+            whose later versions are named ``optimizer/lr@adam`` and keyed ``optimizer/lr``
+            (at most one of them is active).
     """
 
     name: str
@@ -81,11 +86,16 @@ class Param:
     dist: _Dist | None
     value: Any = None
     conditions: tuple[Condition, ...] = ()
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.name)
 
     @property
     def dotted(self) -> str:
-        """The name with ``.`` (``model.channels``), as ``oom_backoff`` and ``scheduler.mutations`` name it."""
-        return self.name.replace(SEP, ".")
+        """The key with ``.`` (``model.channels``), as ``oom_backoff`` and ``scheduler.mutations`` name it."""
+        return self.key.replace(SEP, ".")
 
 
 @dataclass(frozen=True)
@@ -141,11 +151,12 @@ class Space:
 
         Args:
             draw: Draws a value for a sampled parameter (a constant's value is taken as is).
-            fixed: Values to keep (a point to evaluate), flat; an inactive one is dropped.
+            fixed: Values to keep (a point to evaluate), flat, by config key; an inactive one is dropped.
             names: Only these parameters (and the parents they need); default every one.
 
         Returns:
-            Flat config: ``/``-joined names -> values, active parameters only.
+            Flat config: ``/``-joined names -> values, active parameters only (:meth:`keyed`
+            makes it a config).
         """
         config: dict[str, Any] = {}
         for p in self.order:
@@ -153,11 +164,16 @@ class Space:
                 continue
             if not self.is_active(p, config):
                 continue
-            if fixed is not None and p.name in fixed:
-                config[p.name] = fixed[p.name]
+            if fixed is not None and p.key in fixed:
+                config[p.name] = fixed[p.key]
             else:
                 config[p.name] = draw(p) if p.dist is not None else p.value
         return config
+
+    def keyed(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A flat config by parameter name (:meth:`sample`, :meth:`enumerate`) -> by config key."""
+        keys = {p.name: p.key for p in self.params}
+        return {keys.get(name, name): value for name, value in config.items()}
 
     def enumerate(self, values: Callable[[Param], list], names: frozenset[str] | None = None) -> list[dict[str, Any]]:
         """Every valid combination of a grid, each once (no two differ only in inactive parameters).
@@ -187,10 +203,14 @@ class Space:
         return list(walk(0, {}))
 
     def tree(self) -> list[str]:
-        """The space as an indented tree, each child under its first condition's parent, with all of
-        its conditions: ``  momentum  uniform [0.5, 0.99)  when optimizer = sgd``."""
+        """The space as an indented tree, each child under the deepest of its parents (the last one
+        drawn), with all of its conditions:
+        ``  momentum  uniform [0.5, 0.99)  when optimizer = sgd``."""
         lines: list[str] = []
         shown: set[str] = set()
+        rank = {p.name: i for i, p in enumerate(self.order)}
+        under = {p.name: max((c.parent for c in p.conditions), key=lambda n: rank.get(n, -1))
+                 for p in self.params if p.conditions}
 
         def show(p: Param, depth: int) -> None:
             what = _param_label(p.dist) if p.dist is not None else f"= {_show(p.value)}"
@@ -198,7 +218,7 @@ class Space:
             lines.append(f"{'  ' * depth}{p.name}  {what}{when}")
             shown.add(p.name)
             for child in self.params:
-                if child.name not in shown and child.conditions and child.conditions[0].parent == p.name:
+                if child.name not in shown and under.get(child.name) == p.name:
                     show(child, depth + 1)
 
         for p in self.params:
@@ -219,7 +239,7 @@ def _show(v: Any) -> str:
 
 
 def _in_domain(dist: _Dist, value: Any) -> bool:
-    """Whether a parent distribution can take ``value`` (the values of a choice or grid, an integer range's integers)."""
+    """Whether a parent distribution can take ``value`` (a choice's or grid's values, a range's integers)."""
     if dist.type in ("choice", "grid"):
         return any(_same(value, v) for v in dist.values)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -250,6 +270,8 @@ class _Raw:
     scope: str  # the name prefix its `when` keys are looked up in first
     inherited: list[Condition]
     when: dict[str, Any]
+    key: str = ""  # its config key, when not its name (another branch's version of the same key)
+    scope_names: dict[str, _Raw] = field(default_factory=dict)  # in a branch: its siblings, by key
 
 
 def expand(space: Mapping[str, Any], root: str = "param_space") -> Space:
@@ -281,19 +303,20 @@ def expand(space: Mapping[str, Any], root: str = "param_space") -> Space:
                 choices[name] = label
                 choice = Choice(type="choice", values=[b[BRANCH_KEY] for b in value.values])
                 out.append(_Raw(label, here, choice, None, prefix, list(inherited), dict(value.when or {})))
-                merged: dict[str, _Raw] = {}
+                versions: dict[str, list[_Raw]] = {}
                 for i, branch in enumerate(value.values):
                     cond = Condition(label, (branch[BRANCH_KEY],), f"{here}.values.{i}")
                     sub: list[_Raw] = []
                     walk(sub, {k: v for k, v in branch.items() if k != BRANCH_KEY}, f"{name}{SEP}",
                          f"{here}.values.{i}", [*inherited, cond])
+                    scope: dict[str, _Raw] = {}  # key -> this branch's version: what its `when` keys name
                     for r in sub:
-                        first = merged.get(r.name)
-                        if first is None:
-                            merged[r.name] = r
+                        original = r.name
+                        scope[original], new = _share(versions.setdefault(original, []), r, len(inherited), name)
+                        if new:
                             out.append(r)
-                        else:
-                            _merge_shared(first, r, len(inherited))
+                    for r in sub:
+                        r.scope_names = scope
             elif isinstance(value, _Dist):
                 out.append(_Raw(name, here, value, None, prefix, list(inherited), dict(value.when or {})))
             elif isinstance(value, Mapping):
@@ -309,17 +332,33 @@ def expand(space: Mapping[str, Any], root: str = "param_space") -> Space:
     return Space(tuple(params), tuple(_topological(params)))
 
 
-def _merge_shared(first: _Raw, again: _Raw, depth: int) -> None:
-    """A parameter met again in a later branch of the same sub-space choice: one parameter, active
-    in either branch, if both are the same; else refused."""
-    if (first.dist, first.value, first.when, len(first.inherited)) != \
-            (again.dist, again.value, again.when, len(again.inherited)):
-        raise _fail(again.path, f"{again.name.rsplit(SEP, 1)[-1]!r} is also in branch "
-                    f"{first.inherited[depth].values[0]!r} ({first.path}), differently; a parameter that branches "
-                    "share must be the same in each (it is one parameter, active in either), else give each "
-                    "branch's its own name.")
-    mine = first.inherited[depth]
-    first.inherited[depth] = Condition(mine.parent, (*mine.values, *again.inherited[depth].values), mine.path)
+def _share(versions: list[_Raw], again: _Raw, depth: int, choice: str) -> tuple[_Raw, bool]:
+    """A key met in a branch of a sub-space choice, with its ``versions`` in the earlier branches.
+
+    The same distribution (or constant, with the same ``when``) as an earlier version: one
+    parameter, active in either branch (its branch condition widens to an ``in``). A different
+    one: its own parameter, named ``<key>@<branch>`` and keyed as the config sees it. A nested
+    group or sub-space choice that differs between branches is refused: give it another key.
+
+    Returns:
+        The version that stands for ``again`` in its branch, and whether it is new.
+    """
+    label = again.inherited[depth].values[0]
+    for first in versions:
+        if (first.dist, first.value, first.when, len(first.inherited)) == \
+                (again.dist, again.value, again.when, len(again.inherited)):
+            mine = first.inherited[depth]
+            first.inherited[depth] = Condition(mine.parent, (*mine.values, label), mine.path)
+            return first, False
+    if versions:
+        if SEP in again.name[len(choice) + 1:]:
+            raise _fail(again.path, f"{again.name[len(choice) + 1:]!r} is also in branch "
+                        f"{versions[0].inherited[depth].values[0]!r} ({versions[0].path}), differently; branches may "
+                        "define a parameter of their own under the same key, but not a group or a choice among "
+                        "sub-spaces: give it another key in one of them.")
+        again.key, again.name = again.name, f"{again.name}@{label}"
+    versions.append(again)
+    return again, True
 
 
 def _resolve(r: _Raw, by_name: Mapping[str, _Raw], choices: Mapping[str, str], constants: Mapping[str, str]) -> Param:
@@ -329,7 +368,8 @@ def _resolve(r: _Raw, by_name: Mapping[str, _Raw], choices: Mapping[str, str], c
     for key, want in r.when.items():
         where = f"{r.path}.when.{key}"
         parent = None
-        for candidate in (f"{r.scope}{key}", key.replace(".", SEP)):
+        mine = r.scope_names.get(f"{r.scope}{key}")
+        for candidate in ((mine.name if mine else f"{r.scope}{key}"), key.replace(".", SEP)):
             candidate = choices.get(candidate, candidate)
             if candidate in by_name or candidate in constants:
                 parent = candidate
@@ -364,7 +404,7 @@ def _resolve(r: _Raw, by_name: Mapping[str, _Raw], choices: Mapping[str, str], c
                 raise _fail(place, f"{key} is {_domain_text(dist)}, so it can never be {v!r}; a condition's "
                             "values must be values its parent takes.")
         conditions.append(Condition(parent, values, where))
-    return Param(r.name, r.path, r.dist, r.value, tuple(conditions))
+    return Param(r.name, r.path, r.dist, r.value, tuple(conditions), r.key or r.name)
 
 
 def _topological(params: list[Param]) -> list[Param]:

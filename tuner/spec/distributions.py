@@ -243,7 +243,7 @@ class SubspaceChoice(_Model):
     """
 
     type: Literal["choice"]
-    values: list[dict[str, "ParamValue"]]
+    values: list[dict[str, ParamValue]]
     when: dict[str, Any] | None = None
 
     @model_validator(mode="after")

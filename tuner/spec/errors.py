@@ -68,8 +68,12 @@ class SpecError(InputError, ValueError):
 
 
 def _fail(field: str, message: str) -> PydanticCustomError:
-    """Build a validation error that points at ``field`` below the current model."""
-    return PydanticCustomError("tuner_spec", message.replace("{", "{{").replace("}", "}}"), {"field": field})
+    """Build a validation error that points at ``field`` below the current model.
+
+    The message is shown as given: pydantic fills in only ``{field}`` (a key of the error's
+    context) and leaves other braces, such as YAML's ``{in: [2, 3]}``, alone.
+    """
+    return PydanticCustomError("tuner_spec", message, {"field": field})
 
 
 def _closest(word: str, choices: Iterable[str]) -> str | None:

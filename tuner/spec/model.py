@@ -375,14 +375,20 @@ class Spec(_Model):
                                 "but random search enumerates grid values only across the whole space, which a "
                                 "condition splits; use type choice (sampled), or search grid (every valid "
                                 "combination once).")
+        keys = {p.name: p.key for p in space.params}
         for i, point in enumerate(getattr(self.search, "points_to_evaluate", None) or []):
             flat = flatten(point)
-            for p in space.params:
-                if p.name in flat and p.conditions and not space.is_active(p, flat) and \
-                        all(c.parent in flat for c in p.conditions):
-                    raise _fail(f"search.points_to_evaluate.{i}.{p.dotted}", f"this point sets {p.dotted}, which "
-                                f"exists only when {' and '.join(c.describe() for c in p.conditions)}, but the point "
-                                "says otherwise; drop it from the point.")
+            for key in flat:
+                versions = [p for p in space.params if p.key == key and p.conditions]
+                if not versions or not all(keys[c.parent] in flat for p in versions for c in p.conditions):
+                    continue  # unconditional, or a parent left to the searcher
+                if any(all(c.holds(flat[keys[c.parent]]) for c in p.conditions) for p in versions):
+                    continue
+                p = versions[0]
+                has = ", ".join(f"{keys[c.parent].replace('/', '.')} {flat[keys[c.parent]]!r}" for c in p.conditions)
+                raise _fail(f"search.points_to_evaluate.{i}.{p.dotted}", f"this point sets {p.dotted}, which "
+                            f"exists only when {' and '.join(c.describe() for c in p.conditions)}, but the point "
+                            f"has {has}; drop {p.dotted} from the point.")
 
     @property
     def multi_objective(self) -> bool:
@@ -448,7 +454,8 @@ class Spec(_Model):
 
     @property
     def population_mutations(self) -> dict[str, Any]:
-        """PBT's mutations: ``scheduler.mutations``, else every sampled parameter of ``param_space``.
+        """PBT's mutations: ``scheduler.mutations``, else every sampled parameter of ``param_space`` that
+        takes part in no condition (PBT would perturb it in trials where it is inactive).
 
         Returns:
             Parameter name (dotted, as ``oom_backoff``) -> its distribution; empty for other schedulers.
@@ -468,7 +475,8 @@ class Spec(_Model):
 
     @property
     def population_bounds(self) -> dict[str, tuple[float, float]]:
-        """PB2's bounds: ``scheduler.bounds``, else every numeric range of ``param_space`` (``[low, high]``).
+        """PB2's bounds: ``scheduler.bounds``, else every numeric range of ``param_space`` (``[low, high]``)
+        that takes part in no condition.
 
         Returns:
             Parameter name (dotted) -> ``(low, high)``; empty for other schedulers.
