@@ -18,6 +18,7 @@ import shutil
 import pandas as pd
 import pytest
 
+from tests.fixtures.cli import run_spec
 from tuner.params import flatten
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
@@ -55,10 +56,7 @@ CONDITIONS = {"momentum": "optimizer = sgd", "beta2": "optimizer = adam", "model
 def exp(tmp_path_factory, run_cli):
     """The experiment folder, and `tuner report` of it in every format. Returns a namespace."""
     tmp = tmp_path_factory.mktemp("conditional")
-    (tmp / "cond.yaml").write_text(SPEC)
-    proc = run_cli("run", tmp / "cond.yaml", "--num-cpus", "2", "--storage", tmp / "runs")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    path = tmp / "runs" / "cond"
+    path = run_spec(tmp, "cond", SPEC)
     reports = {fmt: run_cli("report", path, "--format", fmt) for fmt in ("table", "csv", "json")}
     reports["html"] = run_cli("report", path, "--format", "html", "--output", tmp / "html" / "report.html")
     for fmt, r in reports.items():

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.fixtures.cli import run_spec
 from tests.fixtures.paths import ROOT
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
@@ -41,13 +42,9 @@ LATENCY_MAX = 30.0
 
 
 @pytest.fixture(scope="module")
-def exp(tmp_path_factory, run_cli):
+def exp(tmp_path_factory):
     """The experiment folder of one real 2-objective run."""
-    tmp = tmp_path_factory.mktemp("pareto")
-    (tmp / "pareto.yaml").write_text(SPEC)
-    proc = run_cli("run", tmp / "pareto.yaml", "--num-cpus", "2", "--storage", tmp / "runs")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return tmp / "runs" / "pareto"
+    return run_spec(tmp_path_factory.mktemp("pareto"), "pareto", SPEC)
 
 
 def last_results(exp) -> dict[str, dict]:

@@ -316,7 +316,7 @@ def _hparam_value(value: Any) -> Any:
     return None if value is None else str(value)
 
 
-def _domain(versions: list) -> dict[str, Any]:
+def _domain(versions: list, when: str | None) -> dict[str, Any]:
     """A sampled parameter's domain for the HParams summary: its distribution as a dict
     (``type``, ``low``/``high`` or ``values``), and for a conditional parameter ``when``, its
     conditions as text (``optimizer = sgd``, ``model/name = cnn``), not the spec's raw ``when``.
@@ -327,8 +327,9 @@ def _domain(versions: list) -> dict[str, Any]:
     and their conditions joined by ``or``.
 
     Args:
-        versions: The :class:`tuner.spec.conditions.Param` s of the key (``spec.space.params``),
+        versions: The :class:`tuner.spec.conditions.Param` s of the key (``Space.versions``),
             those with a distribution.
+        when: When the key is present (``Space.condition``), or None.
     """
     dumps = [p.dist.model_dump(exclude={"when"}) for p in versions if p.dist is not None]
     domain = dumps[0]
@@ -340,10 +341,8 @@ def _domain(versions: list) -> dict[str, Any]:
                       "low": min(d["low"] for d in dumps), "high": max(d["high"] for d in dumps)}
         else:
             domain = {"type": " | ".join(dict.fromkeys(d["type"] for d in dumps))}
-    if versions and all(p.conditions for p in versions):
-        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
-        domain["when"] = texts[0] if len(texts) == 1 else \
-            " or ".join(f"({t})" if " and " in t else t for t in texts)
+    if when is not None:
+        domain["when"] = when
     return domain
 
 
@@ -374,7 +373,7 @@ class HParamsTBXCallback(TBXLoggerHooks, TBXLoggerCallback):
         super().__init__()
         self._folder = folder
         self._params = sampled_params(spec)
-        self._domains = {name: _domain([p for p in spec.space.params if p.key == name])
+        self._domains = {name: _domain(spec.space.versions(name), spec.space.condition(name))
                          for name, _ in distributions(spec.param_space)}
         self._metric = spec.metric
         self._metrics: dict[str, None] = {}

@@ -165,19 +165,13 @@ class Experiment:
     def _versions(self, name: str) -> list:
         """The spec's parameters (:class:`tuner.spec.conditions.Param`) under the config key ``name``:
         one, or one per branch that defines the key its own way (``optimizer/lr``, ``optimizer/lr@adam``)."""
-        return [p for p in self.spec.space.params if p.key == name] if self.spec is not None else []
+        return self.spec.space.versions(name) if self.spec is not None else []
 
     def condition(self, name: str) -> str | None:
         """When the parameter ``name`` (a config key) is active, from the spec: ``optimizer = sgd``,
         ``model/name = cnn and layers in [2, 3]``; for a key that branches define each their own way,
         each version's condition joined by ``or``. None for an unconditional parameter or without a spec."""
-        versions = self._versions(name)
-        if not versions or any(not p.conditions for p in versions):
-            return None
-        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
-        if len(texts) == 1:
-            return texts[0]
-        return " or ".join(f"({t})" if " and " in t else t for t in texts)
+        return self.spec.space.condition(name) if self.spec is not None else None
 
     def log_scale(self, name: str) -> bool | None:
         """Whether the spec samples the parameter ``name`` on a log scale (every version of the key,

@@ -170,6 +170,23 @@ class Space:
                 config[p.name] = draw(p) if p.dist is not None else p.value
         return config
 
+    def versions(self, key: str) -> list[Param]:
+        """The parameters under a config ``key``: one, or one per branch that defines the key its own
+        way (``optimizer/lr``, ``optimizer/lr@adam``); empty for an unknown key."""
+        return [p for p in self.params if p.key == key]
+
+    def condition(self, key: str) -> str | None:
+        """When the config ``key`` is present, as text: ``optimizer = sgd``, ``model/name = cnn and
+        layers in [2, 3]``; for a key with a version per branch, each version's joined by ``or``.
+        None for a key that is always present (or unknown)."""
+        versions = self.versions(key)
+        if not versions or any(not p.conditions for p in versions):
+            return None
+        texts = [" and ".join(c.describe() for c in p.conditions) for p in versions]
+        if len(texts) == 1:
+            return texts[0]
+        return " or ".join(f"({t})" if " and " in t else t for t in texts)
+
     def keyed(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """A flat config by parameter name (:meth:`sample`, :meth:`enumerate`) -> by config key."""
         keys = {p.name: p.key for p in self.params}
