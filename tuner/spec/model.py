@@ -284,6 +284,8 @@ class Spec(_Model):
         for param in self.space.params:
             _check_param_for_search(param.path, param.dist, algo)
         self._check_conditions()
+        if algo == "bohb":
+            self._check_bohb_points()
         if sched in POPULATION_SCHEDULERS:
             self._check_population()
         if self.oom_backoff is not None:
@@ -360,6 +362,20 @@ class Spec(_Model):
     def conditional(self) -> bool:
         """Whether ``param_space`` has a condition (a ``when``, or a choice among sub-spaces)."""
         return self.space.conditional
+
+    def _check_bohb_points(self) -> None:
+        """BOHB runs a point to evaluate as given (Ray's ``TuneBOHB`` samples nothing for it), so each
+        point sets every parameter that its own values make active."""
+        missing_value = object()
+        space = self.space
+        for i, point in enumerate(getattr(self.search, "points_to_evaluate", None) or []):
+            drawn = space.sample(lambda p: missing_value, fixed=flatten(point))
+            missing = [space.get(name).dotted for name, v in drawn.items() if v is missing_value]  # type: ignore[union-attr]
+            if missing:
+                raise _fail(f"search.points_to_evaluate.{i}", f"search bohb runs a point to evaluate as given and "
+                            f"samples none of its parameters, but this point lacks {', '.join(missing)}; give every "
+                            "parameter it uses a value (a conditional one only where the point's values make it "
+                            "active).")
 
     def _check_conditions(self) -> None:
         """What a conditional space asks of the searcher: random search samples a grid parameter only as a
