@@ -370,7 +370,7 @@ class Spec(_Model):
         space = self.space
         for i, point in enumerate(getattr(self.search, "points_to_evaluate", None) or []):
             drawn = space.sample(lambda p: missing_value, fixed=flatten(point))
-            missing = [space.get(name).dotted for name, v in drawn.items() if v is missing_value]  # type: ignore[union-attr]
+            missing = [space.get(name).dotted for name, v in drawn.items() if v is missing_value]
             if missing:
                 raise _fail(f"search.points_to_evaluate.{i}", f"search bohb runs a point to evaluate as given and "
                             f"samples none of its parameters, but this point lacks {', '.join(missing)}; give every "
