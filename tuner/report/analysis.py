@@ -243,7 +243,7 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
         facts["note"] = f"the {exp.metric} is the same in every trial: no parameter explains any of its variance"
         return facts
     facts["importances"] = found
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = [tr for tr in study.trials if tr.state == TrialState.COMPLETE]
     for name in dists:
         if name in facts["importances"]:
             continue
