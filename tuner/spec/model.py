@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from tuner.params import flatten, spec_paths
 from tuner.spec.conditions import Space, expand
-from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, _Dist
+from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, SubspaceChoice, _Dist
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
 from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Constraint, Failure,
@@ -241,6 +241,9 @@ class Spec(_Model):
                         raise _fail(prefix + key, f"parameter {key!r} looks like a distribution but has no `type`; "
                                     f"add one of: {_allowed(DISTRIBUTION_TYPES)}.")
                     walk(sub, prefix + key + ".")
+                elif isinstance(sub, SubspaceChoice):  # each branch is a space of its own
+                    for i, branch in enumerate(sub.values):
+                        walk({k: v for k, v in branch.items() if k != "name"}, f"{prefix}{key}.values.{i}.")
 
         walk(value, "")
         return value
