@@ -72,6 +72,55 @@ def code_version() -> str:
     return f"tuner {sha}" + (" with uncommitted changes in tuner/" if dirty else "")
 
 
+def add_budget_options(parser, *, seeds: int, budget: int, max_t: int, methods, per: str, logs: str) -> None:
+    """The options of a benchmark that runs methods at an equal budget of iterations, several seeds each
+    (``multiobjective.py``, ``conditional.py``): ``--seeds``, ``--budget``, ``--max-t``, ``--methods``,
+    ``--num-cpus``, ``--output``, ``--img-dir``, ``--save-runs`` and ``--load-runs``.
+
+    Args:
+        parser: The script's ``argparse.ArgumentParser``.
+        seeds, budget, max_t: The defaults (seeds, iterations an experiment, steps a trial).
+        methods: The method names (the default, and the help's list).
+        per: What the seeds repeat, for the help (``method``).
+        logs: What ``--save-runs`` saves of a run, for the help (``step log``).
+    """
+    methods = list(methods)
+    parser.add_argument("--seeds", type=int, default=seeds, help=f"seeds per {per} (default {seeds})")
+    parser.add_argument("--budget", type=int, default=budget,
+                        help=f"training iterations per experiment (default {budget})")
+    parser.add_argument("--max-t", type=int, default=max_t, help=f"steps of a trial (default {max_t})")
+    parser.add_argument("--methods", default=",".join(methods), help=f"comma-separated, of: {', '.join(methods)}")
+    parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=None, help="Markdown file to write the section into")
+    parser.add_argument("--img-dir", type=Path, default=IMG, help="folder for the plot (default docs/img)")
+    parser.add_argument("--save-runs", type=Path, default=None, help=f"save every run's {logs} as JSON here")
+    parser.add_argument("--load-runs", type=Path, default=None,
+                        help="re-render the table and plot from a --save-runs file instead of running")
+
+
+def budget_runs(args, run) -> tuple[list, float, float, float | None, str | None]:
+    """The runs of a budget benchmark: read from ``--load-runs`` (which also sets ``args.budget``,
+    ``max_t`` and ``seeds`` to the saved ones), else made by ``run()`` (``(runs, seconds)``) and
+    written to ``--save-runs`` if given.
+
+    Returns:
+        ``(runs, total seconds, load average before, load average after, code version)``.
+    """
+    load_before = load_average()
+    if args.load_runs:
+        saved = json.loads(args.load_runs.read_text())
+        args.budget, args.max_t, args.seeds = saved["budget"], saved["max_t"], saved["seeds"]
+        return (saved["runs"], saved["total_s"], saved["load_before"], saved.get("load_after"),
+                saved.get("version"))
+    runs, total_s = run()
+    load_after, version = load_average(), code_version()
+    if args.save_runs:
+        args.save_runs.write_text(json.dumps({"runs": runs, "total_s": total_s, "load_before": load_before,
+                                               "load_after": load_after, "version": version,
+                                               "budget": args.budget, "max_t": args.max_t, "seeds": args.seeds}))
+    return runs, total_s, load_before, load_after, version
+
+
 def machine_line(load_before: float | None = None, load_after: float | None = None, version: str | None = None) -> str:
     """``Machine: 2 cores, AMD EPYC, no GPU, 23 GiB; Python ..., Ray ..., tuner ...; load ...``.
 

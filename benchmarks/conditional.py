@@ -67,7 +67,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    IMG, ROOT, have_matplotlib, load_average, machine_line, start_local_ray, write_section)
+    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, start_local_ray,
+    write_section)
 from benchmarks.workloads import (
     COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_RECORD_BYTES, COND_WARMUP, conditional_active_keys,
     conditional_space, conditional_true_value, read_budget_records)
@@ -287,17 +288,9 @@ def _run_all(args, searchers, spaces) -> tuple[list[dict], float]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per method and space (default 5)")
-    parser.add_argument("--budget", type=int, default=450, help="training iterations per experiment (default 450)")
-    parser.add_argument("--max-t", type=int, default=COND_MAX_T, help=f"steps of a trial (default {COND_MAX_T})")
-    parser.add_argument("--methods", default=",".join(SEARCHERS), help=f"comma-separated, of: {', '.join(SEARCHERS)}")
+    add_budget_options(parser, seeds=5, budget=450, max_t=COND_MAX_T, methods=SEARCHERS, per="method and space",
+                       logs="logs")
     parser.add_argument("--spaces", default=",".join(SPACES), help="comma-separated, of: conditional, flat")
-    parser.add_argument("--num-cpus", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=None, help="Markdown file to write the section into")
-    parser.add_argument("--img-dir", type=Path, default=IMG, help="folder for the plot (default docs/img)")
-    parser.add_argument("--save-runs", type=Path, default=None, help="save every run's logs as JSON here")
-    parser.add_argument("--load-runs", type=Path, default=None,
-                        help="re-render the table and plot from a --save-runs file instead of running")
     args = parser.parse_args(argv)
     searchers = [m.strip() for m in args.methods.split(",") if m.strip()]
     spaces = [s.strip() for s in args.spaces.split(",") if s.strip()]
@@ -307,22 +300,8 @@ def main(argv=None) -> None:
     if args.budget < args.max_t:
         parser.error(f"--budget {args.budget} is less than one full trial ({args.max_t} iterations)")
 
-    from benchmarks._common import code_version
-
-    load_before = load_average()
-    if args.load_runs:
-        saved = json.loads(args.load_runs.read_text())
-        runs, total_s, load_before = saved["runs"], saved["total_s"], saved["load_before"]
-        load_after, version = saved.get("load_after"), saved.get("version")
-        args.budget, args.max_t, args.seeds = saved["budget"], saved["max_t"], saved["seeds"]
-        runs = [r for r in runs if r["searcher"] in searchers and r["space"] in spaces]
-    else:
-        runs, total_s = _run_all(args, searchers, spaces)
-        load_after, version = load_average(), code_version()
-        if args.save_runs:
-            args.save_runs.write_text(json.dumps({"runs": runs, "total_s": total_s, "load_before": load_before,
-                                                   "load_after": load_after, "version": version,
-                                                   "budget": args.budget, "max_t": args.max_t, "seeds": args.seeds}))
+    runs, total_s, load_before, load_after, version = budget_runs(args, lambda: _run_all(args, searchers, spaces))
+    runs = [r for r in runs if r["searcher"] in searchers and r["space"] in spaces]
 
     import numpy as np
 

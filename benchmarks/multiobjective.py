@@ -44,7 +44,6 @@ This is a benchmark, not a test: nothing here asserts a result.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -53,7 +52,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import IMG, ROOT, have_matplotlib, load_average, machine_line, start_local_ray, write_section
+from benchmarks._common import (
+    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, start_local_ray,
+    write_section)
 from benchmarks.workloads import (
     ZDT1_BIAS, ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_N, ZDT1_NOISE, ZDT1_RECORD_BYTES, ZDT1_REFERENCE,
     read_budget_records)
@@ -198,16 +199,8 @@ def _run_all(args, methods) -> tuple[list[dict], float]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per method (default 5)")
-    parser.add_argument("--budget", type=int, default=300, help="training iterations per experiment (default 300)")
-    parser.add_argument("--max-t", type=int, default=ZDT1_MAX_T, help=f"steps of a trial (default {ZDT1_MAX_T})")
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of: {', '.join(METHODS)}")
-    parser.add_argument("--num-cpus", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=None, help="Markdown file to write the section into")
-    parser.add_argument("--img-dir", type=Path, default=IMG, help="folder for the plot (default docs/img)")
-    parser.add_argument("--save-runs", type=Path, default=None, help="save every run's step log as JSON here")
-    parser.add_argument("--load-runs", type=Path, default=None,
-                        help="re-render the table and plot from a --save-runs file instead of running")
+    add_budget_options(parser, seeds=5, budget=300, max_t=ZDT1_MAX_T, methods=METHODS, per="method",
+                       logs="step log")
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -216,22 +209,8 @@ def main(argv=None) -> None:
     if args.budget < args.max_t:
         parser.error(f"--budget {args.budget} is less than one full trial ({args.max_t} iterations)")
 
-    from benchmarks._common import code_version
-
-    load_before = load_average()
-    if args.load_runs:
-        saved = json.loads(args.load_runs.read_text())
-        runs, total_s, load_before = saved["runs"], saved["total_s"], saved["load_before"]
-        load_after, version = saved.get("load_after"), saved.get("version")
-        args.budget, args.max_t, args.seeds = saved["budget"], saved["max_t"], saved["seeds"]
-        runs = [r for r in runs if r["method"] in methods]
-    else:
-        runs, total_s = _run_all(args, methods)
-        load_after, version = load_average(), code_version()
-        if args.save_runs:
-            args.save_runs.write_text(json.dumps({"runs": runs, "total_s": total_s, "load_before": load_before,
-                                                   "load_after": load_after, "version": version,
-                                                   "budget": args.budget, "max_t": args.max_t, "seeds": args.seeds}))
+    runs, total_s, load_before, load_after, version = budget_runs(args, lambda: _run_all(args, methods))
+    runs = [r for r in runs if r["method"] in methods]
 
     import numpy as np
 

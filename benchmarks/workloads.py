@@ -288,11 +288,23 @@ def search_objective(config: dict) -> None:
     ``seed``, and ``checkpoint_at``: the steps at which a scheduler may pause the trial
     (Hyperband's and BOHB's milestones), where it reports a checkpoint holding its step.
     """
-    from ray import tune
-
     obj = OBJECTIVES[config["objective"]]
     values = obj.values(config, int(config.get("seed", 0)))
     true_value = obj.true_value(config)
+    _charged_steps(config, values, true_value, obj.max_t)
+
+
+def _charged_steps(config: dict, value_at, true_value: float, max_t: int, record_bytes: int = RECORD_BYTES) -> None:
+    """The step loop of a budgeted multi-fidelity trial (:func:`search_objective`, :func:`conditional_objective`).
+
+    From the step after the one in the trial's checkpoint (``step.json``; 1 without one) to
+    ``max_t``: report ``loss`` = ``value_at(t)``, with ``budget_used`` (the step's rank in the
+    experiment's budget file, :func:`_charge`, which raises past ``config["budget"]``) and
+    ``step``; at the steps in ``config["checkpoint_at"]`` before the last, with a checkpoint
+    holding the step (where Hyperband or BOHB may pause the trial).
+    """
+    from ray import tune
+
     trial_id = tune.get_context().get_trial_id()
     start = 1
     ckpt = tune.get_checkpoint()
@@ -301,11 +313,12 @@ def search_objective(config: dict) -> None:
             with open(os.path.join(folder, "step.json"), encoding="utf-8") as f:
                 start = json.load(f)["step"] + 1
     pause_at = set(config.get("checkpoint_at") or ())
-    for t in range(start, obj.max_t + 1):
-        value = values(t)
-        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, value, true_value)
+    for t in range(start, max_t + 1):
+        value = value_at(t)
+        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, value, true_value,
+                       record_bytes=record_bytes)
         metrics = {"loss": value, "budget_used": rank, "step": t}
-        if t in pause_at and t < obj.max_t:
+        if t in pause_at and t < max_t:
             import tempfile
 
             with tempfile.TemporaryDirectory() as folder:
@@ -698,24 +711,5 @@ def conditional_objective(config: dict) -> None:
     max_t, seed = int(config.get("max_t", COND_MAX_T)), int(config.get("seed", 0))
     true_value = conditional_true_value(config)
     z = _config_z(config, seed)
-    start = 1
-    ckpt = tune.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as folder:
-            with open(os.path.join(folder, "step.json"), encoding="utf-8") as f:
-                start = json.load(f)["step"] + 1
-    pause_at = set(config.get("checkpoint_at") or ())
-    for t in range(start, max_t + 1):
-        value = conditional_fidelity(true_value, t, z, max_t=max_t)
-        rank = _charge(config["budget_file"], int(config["budget"]), trial_id, t, value, true_value,
-                       record_bytes=COND_RECORD_BYTES)
-        metrics = {"loss": value, "budget_used": rank, "step": t}
-        if t in pause_at and t < max_t:
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as folder:
-                with open(os.path.join(folder, "step.json"), "w", encoding="utf-8") as f:
-                    json.dump({"step": t}, f)
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
-        else:
-            tune.report(metrics)
+    _charged_steps(config, lambda t: conditional_fidelity(true_value, t, z, max_t=max_t), true_value, max_t,
+                   record_bytes=COND_RECORD_BYTES)
