@@ -220,24 +220,16 @@ def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[s
 def drop_inactive(config: dict[str, Any], spec: Spec) -> dict[str, Any]:
     """Remove, in place, the :data:`PLACEHOLDER` left at the inactive parameters of a conditional
     space, and a sub-space group left empty; returns ``config``."""
-    def prune(node: dict[str, Any]) -> None:
-        for key in list(node):
+    def prune(node: dict[str, Any], keys: list[str]) -> None:
+        for key in keys:
             value = node[key]
-            if isinstance(value, dict) and value:
-                prune(value)
-            if isinstance(value, dict) and not value:
-                del node[key]
+            if isinstance(value, dict):
+                prune(value, list(value))
+                if not value:
+                    del node[key]
 
-    involved = spec.space.conditional_names
-    roots = {name.split("/", 1)[0] for name in involved}
-    for key in roots & set(config):
-        value = config[key]
-        if isinstance(value, dict):
-            prune(value)
-            if not value:
-                del config[key]
-        elif value == PLACEHOLDER:
-            del config[key]
+    roots = {name.split("/", 1)[0] for name in spec.space.conditional_names}
+    prune(config, [key for key in config if key in roots])
     return config
 
 

@@ -141,10 +141,6 @@ class Space:
         """
         return all(c.parent in config and c.holds(config[c.parent]) for c in param.conditions)
 
-    def active(self, config: Mapping[str, Any]) -> list[Param]:
-        """The parameters active in a flat ``config`` (names -> values), in spec order."""
-        return [p for p in self.params if self.is_active(p, config)]
-
     def sample(self, draw: Callable[[Param], Any], fixed: Mapping[str, Any] | None = None,
                names: frozenset[str] | None = None) -> dict[str, Any]:
         """Draw one config: parents first, then only the children their values make active.
