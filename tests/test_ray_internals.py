@@ -203,6 +203,20 @@ def _bohb_state_is_read(cls) -> None:
     assert known == {} and names == {"x", "y"} and paused == set()
 
 
+def _trial_ids_carry_the_creation_index(cls) -> None:
+    """A real BasicVariantGenerator's trials, in creation order, read back as indexes 0, 1, 2; a searcher's
+    trial id (``Trial.generate_id``) reads as no index."""
+    from ray.tune.experiment import Experiment
+    from ray.tune.experiment.trial import Trial
+
+    generator = cls(random_state=0)
+    generator.add_configurations([Experiment("x", lambda config: None, num_samples=3,
+                                             config={"x": {"grid_search": [1]}})])
+    trials = [generator.next_trial() for _ in range(3)]
+    assert [_ri("trial_creation_index")(t.trial_id) for t in trials] == [0, 1, 2], [t.trial_id for t in trials]
+    assert _ri("trial_creation_index")(Trial.generate_id()) is None
+
+
 def _placement_group_round_trip(pg_id_cls) -> None:
     pg_id = pg_id_cls.from_random().hex()
     assert _ri("placement_group")(pg_id).id.hex() == pg_id
@@ -250,6 +264,25 @@ INTERNALS = [
              all_of(params("new_config"), source_has("self.reset_config(new_config)")), via="trial_id_in_config"),
     Internal("ray.tune.trainable.trainable_fn_utils._in_tune_session", "tuner/trial.py: in_tune", params(),
              via="in_tune_session"),
+    Internal("ray.tune.result.STDOUT_FILE", "tuner/trainable.py: class_trainable (the trial's seed from its config)",
+             equals("__stdout_file__"), via="trainable_config"),
+    Internal("ray.tune.result.STDERR_FILE", "tuner/trainable.py: class_trainable (the trial's seed from its config)",
+             equals("__stderr_file__"), via="trainable_config"),
+    Internal("ray.tune.Trainable.__init__", "tuner/trainable.py: class_trainable (Ray's keys leave the config)",
+             source_has("self.config.pop(TRIAL_INFO", "self.config.pop(STDOUT_FILE", "self.config.pop(STDERR_FILE"),
+             via="trainable_config"),
+    Internal("ray.tune.search.basic_variant._TrialIterator.create_trial",
+             "tuner/seeds.py: seed_of_trial (the trial's index, in its process)",
+             source_has('trial_id = self.uuid_prefix + ("%05d" % self.counter)', "self.counter += 1"),
+             via="trial_creation_index"),
+    Internal("ray.tune.search.BasicVariantGenerator.__init__",
+             "tuner/seeds.py: seed_of_trial (one id prefix per generator)",
+             source_has('self._uuid_prefix = str(uuid.uuid1().hex)[:5] + "_"'), via="trial_creation_index"),
+    Internal("ray.tune.search.BasicVariantGenerator", "tuner/seeds.py: seed_of_trial (the trial's index)",
+             _trial_ids_carry_the_creation_index, via="trial_creation_index"),
+    Internal("ray.tune.search.search_generator.SearchGenerator.create_trial_if_possible",
+             "tuner/seeds.py: seed_of_trial (a searcher's trial ids carry no index)",
+             source_has("trial_id = Trial.generate_id()"), via="trial_creation_index"),
     Internal("ray.train.v2._internal.execution.storage.StorageContext",
              "tuner/trainable.py: _newest_checkpoint (Ray Train's checkpoint folder names)", _newest_checkpoint_finds,
              via="TRAIN_CHECKPOINT_DIR"),

@@ -40,7 +40,11 @@ COMBOS = [("random", "hyperband"), ("optuna", "asha"), ("bohb", "bohb"), ("grid"
 @pytest.mark.parametrize("algo,sched", COMBOS, ids=[f"{a}-{s}" for a, s in COMBOS])
 def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, algo, sched, make_spec):
     """A ray.tune.Trainable subclass runs from the spec under each searcher and scheduler, with
-    plain Python configs, Ray's checkpoints every checkpoint.frequency steps, and actor reuse."""
+    plain Python configs, Ray's checkpoints every checkpoint.frequency steps, and actor reuse.
+    Each trial sees its own seed (trial.seed(), results.csv's trial_seed); under optuna, with
+    seed_trials, ``random`` is seeded with it before setup and before reset_config (a reused actor)."""
+    import random
+
     from tests.trainables import Counter
 
     space = {"x": {**X, "grid_points": 4} if algo == "grid" else X, "opt": {"type": "choice", "values": ["a", "b"]}}
@@ -48,9 +52,14 @@ def test_class_trainable_under_searchers_and_schedulers(ray_local, tmp_path, alg
     # Ray's Hyperband fills its no-rung bracket (3 trials here) first: 6 trials reach a rung.
     samples = {"grid": 1, "random": 6}.get(algo, 4)
     result = tune_model(make_spec(TRAINABLES, search={"algorithm": algo}, scheduler=scheduler, param_space=space,
-                                  num_samples=samples, checkpoint={"frequency": 2}), trainable=Counter)
+                                  num_samples=samples, checkpoint={"frequency": 2}, seed_trials=algo == "optuna"),
+                        trainable=Counter)
     df = result.dataframe
     assert len(df) == (8 if algo == "grid" else samples)
+    assert (df["seed_seen"] == df["trial_seed"]).all() and df["trial_seed"].nunique() == len(df), \
+        df[["trial_id", "trial_seed", "seed_seen"]]
+    if algo == "optuna":
+        assert [random.Random(s).random() for s in df["trial_seed"]] == df["setup_draw"].tolist()
     assert set(df["status"]) == {"TERMINATED"}, df[["trial_id", "status"]]
     assert set(df["x_type"]) == {"float"}, "configs are plain Python values, also under BOHB"
     assert type(result.best_config["opt"]) is str and result.best_metrics["loss"] == df["loss"].min()

@@ -44,6 +44,20 @@ def typed(config):
             isinstance(v, np.generic) for v in config.values())), "types": ",".join(f"{k}={v}" for k, v in sorted(names.items()))})
 
 
+def seeded(config):
+    """Reports draws from ``random``, numpy's and torch's global generators each iteration, with
+    ``trial.seed()`` and ``trial.rank_seed()`` (``seed_seen``, ``rank_seed_seen``): under
+    ``seed_trials: true`` a trial's draws follow from its seed alone. ``loss`` is their sum plus ``x``."""
+    import random
+
+    import torch
+
+    for _ in range(int(config.get("epochs", 2))):
+        draws = {"py": random.random(), "np": float(np.random.random()), "torch": float(torch.rand(1).item())}
+        trial.report({**draws, "loss": sum(draws.values()) + float(config.get("x", 0.0)),
+                      "seed_seen": trial.seed(), "rank_seed_seen": trial.rank_seed()})
+
+
 def raw_ray(config):
     """An existing Ray Tune function trainable: calls ray.tune.report itself."""
     from ray import tune
@@ -284,10 +298,13 @@ class Counter(_tune.Trainable):
     """
 
     def setup(self, config):
+        import random
+
         self.x = config.get("x", 0.0)
         self.step_no = 0
         self.restored_from = -1
         self.resets = 0
+        self.draw = random.random()  # seed_trials: seeded with the trial's seed before setup
         if config.get("fail_dir"):
             self.marker = os.path.join(config["fail_dir"], f"failed-{self.x!r}")
 
@@ -304,7 +321,7 @@ class Counter(_tune.Trainable):
             loss = float(self.config.get("bad_value", "nan"))
         return {"loss": loss, "step_no": self.step_no, "restored_from": self.restored_from,
                 "resets": self.resets, "process": os.getpid(), "x_type": type(self.config.get("x")).__name__,
-                "amp": float(trial.options().amp)}
+                "amp": float(trial.options().amp), "seed_seen": trial.seed(), "setup_draw": self.draw}
 
     def save_checkpoint(self, checkpoint_dir):
         with open(os.path.join(checkpoint_dir, "state.json"), "w") as f:
@@ -315,9 +332,12 @@ class Counter(_tune.Trainable):
             self.step_no = self.restored_from = json.load(f)["step_no"]
 
     def reset_config(self, new_config):
+        import random
+
         self.x = new_config.get("x", 0.0)
         self.step_no, self.restored_from = 0, -1
         self.resets += 1
+        self.draw = random.random()  # seed_trials: seeded with the new trial's seed before reset_config
         return True
 
 

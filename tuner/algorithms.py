@@ -613,6 +613,9 @@ def describe_search(spec: Spec) -> list[str]:
                  "optuna": ", a define-by-run space from the conditions",
                  "bohb": ", a ConfigSpace with the conditions"}[spec.search.algorithm]
     lines = [f"searcher:   {search}{seed}"]
+    if spec.seed_trials:
+        lines.append("seeding:    each trial's random, numpy and torch with its own seed (trial.seed(); "
+                     "+ rank in a DDP trial)")
     target = f"{s.time_attr}" if s.time_attr != "training_iteration" else "iterations"
     if s.type == "fifo":
         lines.append("scheduler:  fifo (every trial runs to its stop criteria)")

@@ -179,10 +179,13 @@ class Replay:
         policy: The text of the trial's policy file (Ray's format; empty for a trial never
             perturbed: the replay then trains its config unchanged).
         schedule: :func:`tuner.schedule.trial_schedule`'s steps.
+        seed: The replayed trial's seed (:func:`tuner.seeds.seed_of_trial`, from the replayed
+            experiment's ``seed``), which the replay's trial gets as ``tuner.trial.seed()``.
     """
 
-    def __init__(self, experiment: Path, trial_id: str, policy: str, schedule: list[dict]):
+    def __init__(self, experiment: Path, trial_id: str, policy: str, schedule: list[dict], seed: int | None = None):
         self.experiment, self.trial_id, self.policy, self.schedule = experiment, trial_id, policy, schedule
+        self.seed = seed
 
     @property
     def initial_config(self) -> dict:
@@ -191,7 +194,7 @@ class Replay:
 
     def record(self) -> dict[str, Any]:
         """What ``tuner_run.json`` keeps of the replay (``replay``)."""
-        return {"experiment": str(self.experiment), "trial_id": self.trial_id,
+        return {"experiment": str(self.experiment), "trial_id": self.trial_id, "trial_seed": self.seed,
                 "schedule": [{"from_iteration": s["from_iteration"], "config": s["config"]} for s in self.schedule]}
 
 
@@ -257,7 +260,24 @@ def check_replay(replay: str | os.PathLike) -> Replay:
     if not schedule:
         raise ExperimentError(f"the config of trial {trial_id} of {path} cannot be read (its experiment state "
                               "lacks it), so there is no schedule to replay.", where)
-    return Replay(path, trial_id, policy_text(path, trial_id), schedule)
+    return Replay(path, trial_id, policy_text(path, trial_id), schedule, seed=_replayed_seed(path, trial_id, schedule))
+
+
+def _replayed_seed(path: Path, trial_id: str, schedule: list[dict]) -> int:
+    """The seed the replayed trial had: from its experiment's ``seed`` (its ``spec.yaml``), its id and
+    its first config (:func:`tuner.seeds.seed_of_trial`)."""
+    import yaml
+
+    from tuner.layout import SPEC_SNAPSHOT
+    from tuner.seeds import seed_of_trial
+
+    try:
+        original = yaml.safe_load((path / SPEC_SNAPSHOT).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        original = None
+    seed = original.get("seed") if isinstance(original, dict) else None
+    return seed_of_trial(seed if isinstance(seed, int) and not isinstance(seed, bool) else None, trial_id,
+                         schedule[0]["config"])
 
 
 def _replay_spec(spec: Spec, replay: Replay, require_trainable: bool, named: bool) -> Spec:
@@ -692,7 +712,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         ranked = spec.scheduler_objective
         basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
-            tune.with_resources(build_trainable(fn, spec, prepared.location), driver_request(spec)),
+            tune.with_resources(build_trainable(fn, spec, prepared.location, trial_seed=_fixed_seed(prepared)),
+                                driver_request(spec)),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
                 # The scheduler's objective: a Ray scheduler compares trials by one metric. An optuna
@@ -732,6 +753,11 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
+
+
+def _fixed_seed(prepared: Prepared) -> int | None:
+    """The seed of every trial of a replay (the replayed trial's); None: each trial its own."""
+    return prepared.replay.seed if prepared.replay is not None else None
 
 
 def _replay_scheduler(prepared: Prepared):
@@ -825,7 +851,8 @@ def _finish(prepared: Prepared, grid, started: float, *, interrupted: bool, abor
     spent = _take_budget_marker(path)
     _sync_down(prepared)
     result = collect_results(spec, grid, path, time.monotonic() - started, interrupted=interrupted and not spent,
-                             aborted_by=aborted_by, location=prepared.location if prepared.remote else None)
+                             aborted_by=aborted_by, location=prepared.location if prepared.remote else None,
+                             trial_seed=_fixed_seed(prepared))
     _sync_up(prepared)
     if echo:
         echo(best_line(spec, result))
@@ -878,7 +905,7 @@ def _budget_hint(spec: Spec, prepared: Prepared) -> str:
 
 
 _RESUME_FIXED = ("trainable", "metric", "mode", "param_space", "search", "scheduler", "resources", "stop",
-                 "amp", "oom_backoff", "min_batch_size", "seed")
+                 "amp", "oom_backoff", "min_batch_size", "seed", "seed_trials")
 
 
 def save_run_record(prepared: Prepared) -> None:

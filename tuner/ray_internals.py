@@ -23,7 +23,7 @@ __all__ = [
     "CHECKED_RAY_VERSION",
     # the trial's process
     "tune_session", "guard_session_report", "report_train_checkpoints", "trial_id_in_config", "in_tune_session",
-    "TRAIN_CHECKPOINT_DIR",
+    "trainable_config", "trial_creation_index", "TRAIN_CHECKPOINT_DIR",
     "placement_group",
     # Ray Tune's trials, experiment state and results
     "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
@@ -131,6 +131,42 @@ def trial_id_in_config(config: Any) -> str | None:
 
     info = config.get(TRIAL_INFO) if isinstance(config, dict) else None
     return getattr(info, "id", None)
+
+
+def trainable_config(config: Any) -> Any:
+    """A class trainable's config without the keys Ray adds for the trainable itself.
+
+    Ray 2.60 passes ``ray.tune.result.TRIAL_INFO``, ``STDOUT_FILE`` and ``STDERR_FILE``
+    (``"__trial_info__"``, ``"__stdout_file__"``, ``"__stderr_file__"``) in the config it
+    gives ``Trainable.__init__``/``reset``, which pop them; tuner reads the config before
+    that (:func:`tuner.seeds.seed_of_trial`, for the trial's seed).
+    """
+    from ray.tune.result import STDERR_FILE, STDOUT_FILE, TRIAL_INFO
+
+    if not isinstance(config, dict):
+        return config
+    return {k: v for k, v in config.items() if k not in (TRIAL_INFO, STDOUT_FILE, STDERR_FILE)}
+
+
+#: Ray 2.60's trial id from random and grid search: ``<5 hex digits>_<creation counter, 5+ digits>``.
+_INDEXED_TRIAL_ID = re.compile(r"^[0-9a-f]{5}_(\d{5,})$")
+
+
+def trial_creation_index(trial_id: str) -> int | None:
+    """The creation index that Ray 2.60 writes into a trial id, or None when the id has none.
+
+    ``BasicVariantGenerator`` (random and grid search, and so the populations of PBT and
+    PB2, and a ``--replay``) names its trials ``<prefix>_<counter>``: a 5-hex-digit prefix
+    per generator (``str(uuid.uuid1().hex)[:5] + "_"``, kept in its saved state, so trials
+    that a resume adds share it) and the counter as ``%05d``, from 0
+    (``basic_variant._TrialIterator.create_trial``). The trial keeps its id for life: a PBT
+    exploit changes its config, not its id, and a resume restores the ids. A searcher's
+    trials (``SearchGenerator``: ``bohb``, ``optuna``) get ``Trial.generate_id()``, 8 random
+    hex digits, which carry no index: None. The trial's process knows its id
+    (``ray.tune.get_context().get_trial_id()``), so it knows its index. Imports no Ray.
+    """
+    match = _INDEXED_TRIAL_ID.match(trial_id)
+    return int(match.group(1)) if match else None
 
 
 def in_tune_session() -> bool:

@@ -7,8 +7,9 @@ Files written into the experiment folder ``<storage>/<name>/``:
   ``errors`` (one entry per errored trial) and ``wall_time_s``.
 * ``best_config.yaml``: the best trial's config, plain YAML.
 * ``results.csv``: one row per trial, best first (:mod:`tuner.best`: errored trials and
-  trials without a finite value last): ``trial_id``, ``status``, ``config/<param>``
-  (nested names joined by ``/``), then the last reported metrics.
+  trials without a finite value last): ``trial_id``, ``status``, ``trial_seed`` (each
+  trial's ``tuner.trial.seed()``, when the spec has a ``seed``: :mod:`tuner.seeds`),
+  ``config/<param>`` (nested names joined by ``/``), then the last reported metrics.
 * Constraints: ``summary.json`` holds ``constraints``, ``results.csv`` a ``feasible`` column.
 * Several objectives (:mod:`tuner.pareto`): ``summary.json`` holds ``objectives``, ``pareto_front``
   (``trial_id``, ``config``, ``objectives``, ``checkpoint`` per trial of the front, in trial
@@ -40,6 +41,7 @@ from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PARETO_CONFIGS
 from tuner.pareto import feasible as is_feasible, hypervolume, objective_values, pareto_front, reference_point
 from tuner.params import RAY_RESULT_KEYS, flatten
 from tuner.schedule import best_schedule, read_perturbations
+from tuner.seeds import seed_of_trial
 from tuner.space import plain
 from tuner.spec import Spec
 from tuner.spec.sections import POPULATION_SCHEDULERS
@@ -208,7 +210,8 @@ def _conditional_columns(frame: pd.DataFrame, spec: Spec, rows: list[dict[str, A
     rank = {f"config/{name}": i for i, name in enumerate(order)}
     config = sorted((c for c in frame.columns if c.startswith("config/")), key=lambda c: rank.get(c, len(rank)))
     others = [c for c in frame.columns if not c.startswith("config/")]
-    frame = frame[others[:2] + config + others[2:]]
+    lead = 3 if "trial_seed" in others[:3] else 2  # trial_id, status (trial_seed), then the config
+    frame = frame[others[:lead] + config + others[lead:]]
     for column in config:
         values = [row[column] for row in rows if column in row]
         if len(values) < len(rows) and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
@@ -223,7 +226,7 @@ def _last_line(error: BaseException) -> str:
 
 def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.PathLike, wall_time_s: float,
                     interrupted: bool = False, aborted_by: str | None = None,
-                    location: str | None = None) -> TuneResult:
+                    location: str | None = None, trial_seed: int | None = None) -> TuneResult:
     """Build the TuneResult and write ``summary.json``, ``best_config.yaml`` and ``results.csv``.
 
     Args:
@@ -235,6 +238,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         aborted_by: The trial whose error stopped the experiment (first-trial abort).
         location: The experiment's cloud URI when ``experiment_path`` is its local mirror
             (already downloaded): trial and checkpoint paths are given as URIs of it.
+        trial_seed: The seed every trial had (a ``--replay``'s), else None: each trial's own.
 
     Returns:
         The TuneResult. The best trial is the best by the last reported value of
@@ -254,6 +258,9 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     for result, status, trial_id in zip(_results(grid), statuses, ids):
         metrics = result.metrics or {}
         row: dict[str, Any] = {"trial_id": trial_id, "status": status}
+        if spec.seed is not None or trial_seed is not None:  # tuner.trial.seed() in the trial
+            row["trial_seed"] = trial_seed if trial_seed is not None else \
+                seed_of_trial(spec.seed, trial_id, plain(result.config or {}))
         row.update({f"config/{k}": v for k, v in flatten(plain(result.config or {})).items()})
         row.update(_user_metrics(metrics) if metrics else {})
         rows.append(row)

@@ -157,7 +157,7 @@ def _back_off(config: dict, param: str, min_batch: int, err: BaseException) -> N
     _set(config, param, new)
 
 
-def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
+def _options(spec: Spec, config: dict, distributed: bool, seed: int | None = None) -> trial.TrialOptions:
     res = spec.resources
     extra = {}
     if spec.oom_backoff and _has(config, spec.oom_backoff):
@@ -171,7 +171,31 @@ def _options(spec: Spec, config: dict, distributed: bool) -> trial.TrialOptions:
         extra_metrics=extra,
         metric=objective_metrics(spec),
         checkpoint_frequency=spec.checkpoint.frequency,
+        seed=seed,
+        seed_trials=spec.seed_trials,
     )
+
+
+def _trial_seed(spec: Spec, config: dict, fixed: int | None, trial_id: str | None = None) -> int | None:
+    """This trial's seed (:func:`tuner.seeds.seed_of_trial`), or ``fixed`` (a ``--replay`` gives the
+    replayed trial's); None outside a trial. ``config`` is the trial's config as it started."""
+    if fixed is not None:
+        return fixed
+    trial_id = trial_id or _current_trial_id()
+    if trial_id is None:
+        return None
+    from tuner.seeds import seed_of_trial
+
+    return seed_of_trial(spec.seed, trial_id, plain(config))
+
+
+def _seed_process(options: trial.TrialOptions) -> None:
+    """Seed ``random``, numpy and torch with this process's :func:`tuner.trial.rank_seed`
+    (``seed_trials: true``), before the train function (or a class's ``setup``) runs."""
+    if options.seed_trials and options.seed is not None:
+        from tuner.seeds import seed_everything
+
+        seed_everything(trial.rank_seed())
 
 
 def _timeout_message(spec: Spec) -> str:
@@ -205,28 +229,33 @@ def _marker_path(name: str, experiment_path: str, trial_id: str | None = None) -
     return join(experiment_path, trial_folder_name(name, trial_id), TIMEOUT_MARKER)
 
 
-def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> Any:
+def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, fixed_seed: int | None,
+                          config: dict) -> Any:
     """Run the train function in this Tune trial, with a time limit and OOM back-off."""
     _guard_reports(objective_metrics(spec))
     try:
         with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(_name(fn), experiment_path)):
-            return _run_with_backoff(fn, spec, config)
+            return _run_with_backoff(fn, spec, config, _trial_seed(spec, config, fixed_seed))
     except TrialTimeoutError as err:
         raise _timed_out(spec) from err
 
 
-def _run_with_backoff(fn: Callable, spec: Spec, config: dict) -> Any:
-    """Run the train function, restarting it from its last checkpoint after a CUDA OOM."""
+def _run_with_backoff(fn: Callable, spec: Spec, config: dict, seed: int | None = None) -> Any:
+    """Run the train function, restarting it from its last checkpoint after a CUDA OOM.
+
+    With ``seed_trials`` the process is seeded before each start, with the trial's seed.
+    """
     config = plain(config)
-    trial.configure(_options(spec, config, distributed=False))
+    trial.configure(_options(spec, config, distributed=False, seed=seed))
     while True:
+        _seed_process(trial.options())
         try:
             return fn(config)
         except Exception as err:  # only OOM is handled, the rest re-raised
             if not (spec.oom_backoff and _has(config, spec.oom_backoff) and _is_oom(err)):
                 raise
             _back_off(config, spec.oom_backoff, spec.min_batch_size, err)
-            trial.configure(_options(spec, config, distributed=False), keep_checkpoint=True)
+            trial.configure(_options(spec, config, distributed=False, seed=seed), keep_checkpoint=True)
 
 
 def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, config: dict) -> Any:
@@ -234,9 +263,11 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
 
     Rank 0 records the id of the placement group that holds the trial's workers in the
     trial folder, so that :class:`PlacementGroupReleaser` can free it if Tune stops the
-    trial (see there).
+    trial (see there). With ``seed_trials`` each rank is seeded with the trial's seed plus
+    its rank (:func:`tuner.trial.rank_seed`) before the train function runs.
     """
     trial.configure(options)
+    _seed_process(options)
     if trial.rank() == 0:
         import ray
 
@@ -276,17 +307,18 @@ def release_placement_groups(trial_dir: str | os.PathLike) -> int:
     return removed
 
 
-def _ddp_trial(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> None:
+def _ddp_trial(fn: Callable, spec: Spec, experiment_path: str, fixed_seed: int | None, config: dict) -> None:
     """Drive one DDP trial, with a time limit."""
     try:
         with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(_name(fn), experiment_path)):
-            _drive_ddp(fn, spec, experiment_path, config)
+            _drive_ddp(fn, spec, experiment_path, config, _trial_seed(spec, config, fixed_seed))
     except TrialTimeoutError as err:
         raise _timed_out(spec) from err
 
 
-def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> None:
-    """Drive one DDP trial: a Ray Train TorchTrainer run named after the trial id."""
+def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict, seed: int | None = None) -> None:
+    """Drive one DDP trial: a Ray Train TorchTrainer run named after the trial id; every worker gets
+    the trial's ``seed`` (:class:`tuner.trial.TrialOptions`)."""
     import ray.train
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -313,7 +345,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict) -> 
         if use_gpu:
             per_worker["GPU"] = float(res.gpu_per_worker)
         trainer = TorchTrainer(
-            functools.partial(_ddp_worker, fn, dataclasses.replace(_options(spec, config, distributed=True),
+            functools.partial(_ddp_worker, fn, dataclasses.replace(_options(spec, config, distributed=True, seed=seed),
                                                                    resume_checkpoint=resume_from), trial_dir),
             train_loop_config=config,
             scaling_config=ray.train.ScalingConfig(
@@ -397,15 +429,19 @@ def _name(trainable: Any) -> str:
     return getattr(trainable, "__name__", "trial")
 
 
-def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike) -> Callable[[dict], Any] | type:
+def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike, *,
+                    trial_seed: int | None = None) -> Callable[[dict], Any] | type:
     """Wrap a train function or a class trainable into the Tune trainable for ``spec``.
 
     Args:
         fn: The user's train function, taking ``config``; or a ``ray.tune.Trainable``
             subclass (see :func:`class_trainable`).
-        spec: The validated spec (resources, amp, oom_backoff, trial_timeout_s, metric).
+        spec: The validated spec (resources, amp, oom_backoff, trial_timeout_s, metric,
+            seed, seed_trials).
         experiment_path: The experiment folder (trial folders are ``<fn name>_<trial id>``),
             or its cloud URI (:mod:`tuner.storage`).
+        trial_seed: The seed of every trial (``tuner.trial.seed()``) instead of each trial's
+            own (:func:`tuner.seeds.seed_of_trial`): a ``--replay`` gives the replayed trial's.
 
     Returns:
         For a function, a function of ``config`` named like ``fn`` (so the table shows
@@ -413,9 +449,9 @@ def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike
         a class, a subclass of it with the same name.
     """
     if is_class_trainable(fn):
-        return class_trainable(fn, spec, os.fspath(experiment_path))
+        return class_trainable(fn, spec, os.fspath(experiment_path), trial_seed=trial_seed)
     entry = _ddp_trial if spec.resources.distributed else _single_process_trial
-    wrapped = functools.partial(entry, fn, spec, os.fspath(experiment_path))
+    wrapped = functools.partial(entry, fn, spec, os.fspath(experiment_path), trial_seed)
     name = _name(fn)
 
     def trainable(config):
@@ -448,7 +484,7 @@ def _guard_reports(metric: str | tuple[str, ...] | None) -> None:
     guard_session_report(lambda metrics: trial.check_finite(metrics, metric))
 
 
-def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
+def class_trainable(cls: type, spec: Spec, experiment_path: str, *, trial_seed: int | None = None) -> type:
     """Subclass a ``ray.tune.Trainable`` so that it keeps the spec's promises.
 
     The subclass has the user's class name (trials are ``<name>_<trial id>``) and:
@@ -459,7 +495,9 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
       ``step`` count), with :class:`TrialTimeoutError`;
     * fails a trial whose ``step`` returns a NaN or infinite ``metric``
       (:class:`~tuner.trial.NonFiniteMetricError`), so the scheduler never sees it;
-    * sets up :mod:`tuner.trial` (``amp``, ``device()``) for the code in the class.
+    * sets up :mod:`tuner.trial` (``amp``, ``device()``, ``seed()``) for the code in the class,
+      and with ``seed_trials`` seeds ``random``, numpy and torch before ``setup`` (and before
+      ``reset_config`` when Ray reuses the actor for another trial).
 
     Ray Tune itself calls ``save_checkpoint``/``load_checkpoint`` (every
     ``checkpoint.frequency`` iterations, see :func:`checkpoint_config`), ``reset_config``
@@ -469,6 +507,7 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
         cls: The user's ``ray.tune.Trainable`` subclass.
         spec: The validated spec.
         experiment_path: The experiment folder, or its cloud URI.
+        trial_seed: As :func:`build_trainable`'s.
 
     Returns:
         The subclass, for ``tune.with_resources``.
@@ -476,13 +515,20 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
     metric, timeout_s = objective_metrics(spec), spec.trial_timeout_s
     name = cls.__name__
 
+    def _tuner_configure(config: Any, trial_id: str | None) -> None:
+        from tuner.ray_internals import trainable_config
+
+        seed = _trial_seed(spec, trainable_config(config) or {}, trial_seed, trial_id)
+        trial.configure(_options(spec, {}, distributed=False, seed=seed))
+        _seed_process(trial.options())
+
     class _TunerTrainable(cls):
         def __init__(self, config=None, *args, **kwargs):
             from tuner.ray_internals import trial_id_in_config
 
             self._tuner_deadline = _deadline(timeout_s)
             self._tuner_trial_id = trial_id_in_config(config)
-            trial.configure(_options(spec, {}, distributed=False))
+            _tuner_configure(config, self._tuner_trial_id)
             try:
                 with self._tuner_watch("setup"):
                     super().__init__(plain(config or {}), *args, **kwargs)
@@ -510,6 +556,7 @@ def class_trainable(cls: type, spec: Spec, experiment_path: str) -> type:
 
             self._tuner_deadline = _deadline(timeout_s)
             self._tuner_trial_id = trial_id_in_config(new_config) or self._tuner_trial_id
+            _tuner_configure(new_config, self._tuner_trial_id)
             return super().reset(plain(new_config), *args, **kwargs)
 
     _TunerTrainable.__name__ = _TunerTrainable.__qualname__ = name

@@ -47,7 +47,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 __all__ = [
     "report", "get_checkpoint", "world_size", "rank", "local_rank", "is_main_process", "device",
-    "prepare_model", "prepare_data_loader", "autocast", "scaler", "in_tune", "local_reports",
+    "prepare_model", "prepare_data_loader", "autocast", "scaler", "in_tune", "local_reports", "seed", "rank_seed",
 ]
 
 
@@ -69,6 +69,10 @@ class TrialOptions:
             back-off: the newest checkpoint folder (path or URI) the previous group
             uploaded; used when Ray Train's own record is older or empty (see
             :func:`get_checkpoint`).
+        seed: The trial's seed (:func:`tuner.seeds.seed_of_trial`), what :func:`seed` returns;
+            None outside a trial.
+        seed_trials: Whether tuner seeds ``random``, numpy and torch in this process with
+            :func:`rank_seed` before the train function runs (``seed_trials: true``).
     """
 
     amp: bool = False
@@ -80,6 +84,8 @@ class TrialOptions:
     metric: str | tuple[str, ...] | None = None
     checkpoint_frequency: int = 1
     resume_checkpoint: str | None = None
+    seed: int | None = None
+    seed_trials: bool = False
 
 
 _options: TrialOptions | None = None
@@ -150,6 +156,33 @@ def in_tune() -> bool:
 
 def _distributed() -> bool:
     return _options is not None and _options.distributed
+
+
+def seed() -> int:
+    """This trial's own seed: the same on every rank of a DDP trial, and after a resume.
+
+    Derived from the spec's ``seed`` and the trial's creation index with numpy's
+    ``SeedSequence`` (:func:`tuner.seeds.seed_of_trial` says how, also without a ``seed`` in
+    the spec, and under ``bohb``/``optuna``). With ``seed_trials: true`` tuner has already
+    seeded ``random``, numpy and torch with :func:`rank_seed`; without it, seed your own
+    generators with it (``torch.Generator().manual_seed(trial.seed())``).
+
+    Returns:
+        An integer in ``[0, 2**32)``; outside a trial (plain Python) 0.
+    """
+    opts = options()
+    return 0 if opts.seed is None else opts.seed
+
+
+def rank_seed() -> int:
+    """This process's seed: :func:`seed` plus :func:`rank` (mod 2**32), so DDP ranks differ.
+
+    What ``seed_trials: true`` seeds ``random``, numpy and torch with in each process; the
+    same as :func:`seed` in a single-process trial.
+    """
+    from tuner.seeds import rank_seed as of_rank
+
+    return of_rank(seed(), rank())
 
 
 def world_size() -> int:

@@ -52,6 +52,7 @@ class Spec(_Model):
     time_budget_s: Float | None = Field(default=None, gt=0)
     stop: dict[NonBlank, Float] | None = None
     seed: Int | None = None
+    seed_trials: bool = False
     param_space: dict[str, ParamValue] = Field(default_factory=dict)
     search: SearchConfig = Field(default_factory=lambda: RandomSearch(algorithm="random"))
     scheduler: SchedulerConfig = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
@@ -256,6 +257,10 @@ class Spec(_Model):
             raise _fail("metric", f"metric {self.metric!r} needs a mode: add `mode: min` or `mode: max`.")
         if self.mode is not None and self.metric is None:
             raise _fail("mode", "mode needs a metric: add `metric: NAME`, a key your train function reports.")
+        if self.seed_trials and self.seed is None:
+            raise _fail("seed_trials", "seeding each trial's random, numpy and torch needs the experiment's "
+                        "`seed`, from which each trial's seed is derived, but the spec sets none; add `seed: N` (an "
+                        "integer), or drop seed_trials (default false).")
         if sched in POPULATION_SCHEDULERS and algo not in ("random", "grid"):
             self._check_population()  # the population's searcher first: its message says why
         if algo == "bohb" and sched != "bohb":
