@@ -124,13 +124,14 @@ def trial_id_in_config(config: Any) -> str | None:
     """The trial id Ray Tune passes a class trainable inside its config, or None.
 
     Ray 2.60's ``Trainable.__init__``/``reset`` pop ``ray.tune.result.TRIAL_INFO``
-    (``"__trial_info__"``, a ``TrialInfo`` with ``.id``) from the config; tuner reads it
-    first, to name the trial's folder while ``setup`` runs.
+    (``"__trial_info__"``, a ``ray.tune.experiment.trial._TrialInfo`` with ``.trial_id``) from
+    the config; tuner reads it first, to name the trial's folder while ``setup`` runs and to
+    give the trial its seed.
     """
     from ray.tune.result import TRIAL_INFO
 
     info = config.get(TRIAL_INFO) if isinstance(config, dict) else None
-    return getattr(info, "id", None)
+    return getattr(info, "trial_id", None)
 
 
 def trainable_config(config: Any) -> Any:
