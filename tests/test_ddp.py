@@ -31,15 +31,19 @@ def test_ddp_trials_resume_a_worker_crash_on_all_ranks_and_asha_releases_their_w
 
     * rank 0 reports what the two ranks saw (world size, the split batch, disjoint shards, device);
     * the first trial's worker crashes at epoch 0, and both ranks go on from the checkpoint of epoch 0;
-    * ASHA stops a trial before the last early; its worker group's CPUs are freed, so later trials run.
+    * ASHA stops a trial before the last early; its worker group's CPUs are freed, so later trials run;
+    * with seed_trials, every rank sees the trial's seed (results.csv's trial_seed) and is seeded with
+      seed + rank (a restarted group again).
     """
+    import random
+
     marker = tmp_path / "crashed-once"
     # ddp_probe reports its x: ASHA ranks the trials by it (seed 3: the second trial is the worse one at rung 1).
     result = tune_model(make_spec(DDP, name="asha-ddp", metric="x", num_samples=3, seed=3,
                                   param_space={"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 3,
                                                "fail_at_epoch": 0, "fail_marker": str(marker)},
                                   scheduler={"type": "asha", "max_t": 3, "grace_period": 1, "reduction_factor": 2},
-                                  failure={"max_failures": 1}))
+                                  failure={"max_failures": 1}, seed_trials=True))
     df = pd.read_csv(tmp_path / "asha-ddp" / "results.csv")
     assert len(df) == 3 and set(df["status"]) == {"TERMINATED"}
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 3}
@@ -59,6 +63,10 @@ def test_ddp_trials_resume_a_worker_crash_on_all_ranks_and_asha_releases_their_w
     assert json.loads(first["starts"]) == [1, 1], "both ranks restored the checkpoint of epoch 0"
     assert [json.loads(s) for s in result.dataframe.sort_values("trial_id")["starts"][1:]] == [[0, 0], [0, 0]], \
         "only the first trial crashed"
+    for _, m in df.iterrows():
+        seed = int(m["trial_seed"])
+        assert json.loads(m["seeds"]) == [[seed, seed + r, random.Random(seed + r).random()] for r in (0, 1)]
+    assert df["trial_seed"].nunique() == 3
 
 
 def test_ddp_plan(tmp_path, run_cli):

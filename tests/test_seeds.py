@@ -62,6 +62,17 @@ def test_seed_everything_and_the_trial_api():
         trial.configure(None)
 
 
+def test_the_plan_says_the_trials_are_seeded(make_spec):
+    from tuner.algorithms import describe_search
+    from tuner.spec import load_spec
+
+    assert not load_spec(make_spec()).seed_trials, "off by default"
+    lines = describe_search(load_spec(make_spec(seed_trials=True)))
+    assert lines[1] == ("seeding:    each trial's random, numpy and torch with its own seed (trial.seed(); + rank "
+                        "in a DDP trial)")
+    assert not any(line.startswith("seeding:") for line in describe_search(load_spec(make_spec())))
+
+
 def _by_index(experiment) -> pd.DataFrame:
     df = pd.read_csv(experiment / "results.csv", dtype={"trial_id": str})
     df["index"] = [trial_creation_index(t) for t in df["trial_id"]]

@@ -134,6 +134,9 @@ def ddp_probe(config):
     import torch.distributed as dist
     from torch.utils.data import DataLoader, TensorDataset
 
+    import random
+
+    seeds = [trial.seed(), trial.rank_seed(), random.random()]  # seed_trials: random seeded with rank_seed()
     start = _start_epoch()
     model = trial.prepare_model(torch.nn.Linear(4, 1))
     data = TensorDataset(torch.arange(64, dtype=torch.float32).reshape(16, 4), torch.arange(16, dtype=torch.float32))
@@ -153,16 +156,18 @@ def ddp_probe(config):
         # Gather what every rank saw, so rank 0's report shows the split.
         gathered = [None] * trial.world_size()
         starts = [None] * trial.world_size()
+        rank_seeds = [None] * trial.world_size()
         if trial.world_size() > 1:
             dist.all_gather_object(gathered, sorted(seen))
             dist.all_gather_object(starts, start)
+            dist.all_gather_object(rank_seeds, seeds)
         else:
-            gathered, starts = [sorted(seen)], [start]
+            gathered, starts, rank_seeds = [sorted(seen)], [start], [seeds]
         folder = _epoch_checkpoint(epoch)
         trial.report({
             "loss": float(loss.item()), "epoch": epoch, "start": start, "world_size": trial.world_size(),
             "rank": trial.rank(), "per_worker_batch": batch, "shards": json.dumps(gathered), "starts": json.dumps(starts),
-            "device": str(trial.device()), "x": config.get("x", 0.0),
+            "device": str(trial.device()), "x": config.get("x", 0.0), "seeds": json.dumps(rank_seeds),
         }, checkpoint_dir=folder)
         if config.get("fail_at_epoch") == epoch and not os.path.exists(config["fail_marker"]):
             open(config["fail_marker"], "w").close()
@@ -644,7 +649,8 @@ def pbt_member(config):
         folder = tempfile.mkdtemp()
         with open(os.path.join(folder, "state.json"), "w") as f:
             json.dump(state, f)
-        trial.report({"score": state["score"], "lr": float(config["lr"])}, checkpoint_dir=folder)
+        trial.report({"score": state["score"], "lr": float(config["lr"]), "seed_seen": trial.seed()},
+                     checkpoint_dir=folder)
 
 
 def accuracy_cost(config):
