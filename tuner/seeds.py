@@ -8,7 +8,8 @@ function runs; each rank of a DDP trial gets ``seed + rank`` (:func:`rank_seed`)
 
 A trial's seed is derived from the experiment's seed and the trial's creation index (the
 n-th trial the searcher created), as Determined derives its trial seeds, with numpy's
-``SeedSequence`` (O'Neill's PCG seeding scheme as numpy implements it): the seeds of
+``SeedSequence`` (numpy's version of M. E. O'Neill's ``seed_seq`` hashing, from the PCG
+authors' randutils): the seeds of
 neighbouring indexes are independent streams, not ``seed + index``. The index is the
 number in Ray's trial id (:func:`tuner.ray_internals.trial_creation_index`), known inside
 the trial's process and restored with the trial by a resume.
