@@ -58,11 +58,15 @@ _SOURCES = {
                  "ceil(n / reduction_factor)",
     "bohb": "successive halving in Ray's HyperBandForBOHB brackets (Falkner et al. 2018), each rung keeping "
             "ceil(n / reduction_factor)",
-    "fifo": "the maximum: fifo stops no trial early",
-    "median": "the maximum: the median stopping rule has no stopping pattern known before the run",
-    "pbt": "the maximum: pbt perturbs trials but does not stop them",
-    "pb2": "the maximum: pb2 perturbs trials but does not stop them",
+    "fifo": "fifo stops no trial early",
+    "median": "the median stopping rule has no stopping pattern known before the run",
+    "pbt": "pbt perturbs trials but does not stop them",
+    "pb2": "pb2 perturbs trials but does not stop them",
 }
+
+
+#: The schedulers whose stopping pattern gives an expected count below the maximum.
+_PATTERNED = ("asha", "hyperband", "bohb")
 
 
 @dataclass(frozen=True)
@@ -298,16 +302,16 @@ def describe(fc: Forecast) -> list[str]:
     """
     word = _unit_word(fc.unit)
     if fc.per_trial is None:
-        where = "stop or max_t" if fc.scheduler in ("asha", "hyperband", "bohb") else f"stop.{fc.unit}"
+        where = "stop or max_t" if fc.scheduler in _PATTERNED else f"stop.{fc.unit}"
         return [f"forecast:   unbounded: set {where} (no trial has an end in {fc.unit})"]
     lines = [f"forecast:   at most {_num(fc.max_total or 0)} {word} ({fc.trials} trial{'s' if fc.trials != 1 else ''}"
              f" x {_num(fc.per_trial)})"]
     if fc.expected_total is None:
         lines.append(f"            expected: unbounded (stop_last_trials: false without stop.{fc.unit})")
-    elif fc.expected_total != fc.max_total:
+    elif fc.scheduler in _PATTERNED:
         lines.append(f"            expected {_num(fc.expected_total)} under {fc.scheduler}: {fc.rule}")
     else:
-        lines.append(f"            expected the same: {fc.rule}")
+        lines.append(f"            expected the maximum: {fc.rule}")
     lines += [f"            ({n})" for n in fc.notes]
     return lines
 
