@@ -88,14 +88,33 @@ _ADDRESS_HELP = ("Use this running Ray cluster (auto, host:6379, ray://host:1000
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
 @_with_run_options
 @click.option("--address", type=str, default=None, help=_ADDRESS_HELP + " Checks the plan against its resources.")
-def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address) -> None:
-    """Check SPEC and print the plan; starts nothing, writes nothing."""
+@click.option("--measure", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run the first trial for N iterations here (in a temporary folder, removed after) and forecast "
+                   "the wall time and GPU-hours from its seconds per iteration (the first iteration, with the "
+                   "trial's start-up, left out when N > 1).")
+@click.option("--from", "from_experiment", type=click.Path(), default=None, metavar="EXPERIMENT",
+              help="Forecast the wall time and GPU-hours from the mean seconds per iteration of an earlier "
+                   "experiment's trials.")
+def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, measure,
+             from_experiment) -> None:
+    """Check SPEC and print the plan and its budget forecast; starts nothing (but the trial of --measure),
+    writes nothing."""
     from tuner.engine import check_cluster, plan
 
+    if measure is not None and from_experiment is not None:
+        raise InputError("--measure and --from exclude each other; choose one.")
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     if prepared.address is not None:
         check_cluster(prepared)
+    from tuner import measure as timing
+
+    # A bad --from fails before the plan is printed.
+    measured = timing.from_experiment(_local_copy(from_experiment)) if from_experiment is not None else None
     click.echo(plan(prepared))
+    if measure is not None:
+        measured = timing.measure(prepared, measure)
+    for line in timing.time_lines(prepared, measured):
+        click.echo(line)
 
 
 @cli.command()

@@ -376,11 +376,12 @@ def _where(prepared: Prepared) -> str:
 
 
 def plan(prepared: Prepared) -> str:
-    """The run plan that ``tuner validate`` prints: trials, searcher, scheduler, resources.
+    """The run plan that ``tuner validate`` prints: trials, searcher, scheduler, resources, budget forecast.
 
     Returns:
         Several lines of text, one fact a line.
     """
+    from tuner import forecast
     from tuner.algorithms import describe_search
     from tuner.resources import describe_resources
     from tuner.params import sampled_params
@@ -415,6 +416,7 @@ def plan(prepared: Prepared) -> str:
         lines += describe_resources(spec, prepared.cluster)
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
+    lines += forecast.describe(forecast.forecast(spec, trials))
     return "\n".join(lines)
 
 
@@ -915,11 +917,22 @@ def save_run_record(prepared: Prepared) -> None:
     }
     if prepared.replay is not None:
         record["replay"] = prepared.replay.record()
+    record["forecast"] = _forecast_record(prepared)  # tuner report compares it with what was used
     if prepared.resumed_num_samples is not None and (path / RUN_RECORD).is_file():
         old = json.loads((path / RUN_RECORD).read_text())
         record = {**old, "python_path": prepared.python_path, "time_budget_s": spec.time_budget_s,
                   "resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write(path / RUN_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def _forecast_record(prepared: Prepared) -> dict[str, Any]:
+    """The budget forecast at run start (:func:`tuner.forecast.forecast`), with the trials that run at once
+    (None when the cluster's resources are not known yet)."""
+    from tuner.forecast import forecast, trials_at_once
+
+    fc = forecast(prepared.spec)
+    at_once = None if prepared.cluster is None else trials_at_once(prepared.spec, prepared.cluster, fc.trials)
+    return {**fc.as_dict(), "trials_at_once": at_once}
 
 
 def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:
