@@ -165,6 +165,7 @@ BASE = "trainable: tests.trainables:quadratic\nmetric: loss\nmode: min\n"
 # Specs the loader accepts that a plain schema of the models would refuse (tuner/spec/schema.py's leniencies).
 ACCEPTED = {
     "yaml 1.1 booleans": "amp: yes\nreporting: {tensorboard: off, cli: {progress: No}}\nfailure: {fail_fast: ON}\n",
+    "pydantic's booleans": "amp: y\nreporting: {tensorboard: 0, cli: {enabled: 'True'}}\nfailure: {fail_fast: F}\n",
     "yaml 1.1 numbers": "time_budget_s: 3_600\nnum_samples: 1_0\n",
     "whole floats as integers": "num_samples: 4.0\nscheduler: {type: asha, max_t: 1e1}\n",
     "cli flag": "reporting: {cli: false}\n",
@@ -188,6 +189,7 @@ REFUSED_BY_BOTH = {
     "scheduler without type, search random": ("search: {algorithm: random}\nscheduler: {max_t: 9}\n", "scheduler"),
     "null checkpoint under asha": ("scheduler: {type: asha}\ncheckpoint: null\n", "checkpoint"),
     "cli text": ("reporting: {cli: maybe}\n", "reporting.cli"),
+    "a boolean of 2": ("amp: 2\n", "amp"),
     "unknown key in a branch's distribution": (
         "param_space: {m: {type: choice, values: [{name: a, k: {type: randint, low: 1, hgh: 3}}]}}\n",
         "param_space.m.values.0.k"),
@@ -247,8 +249,8 @@ def _for(annotation: Any, depth: int = 0) -> st.SearchStrategy:
         return st.one_of([_for(a, depth) for a in args])
     if origin is Literal:
         return st.sampled_from(args)
-    if annotation is bool:
-        return st.booleans()
+    if annotation is bool:  # and what pydantic reads as one (a bool field is not strict), or not
+        return st.one_of(st.booleans(), st.sampled_from([0, 1, 2, "y", "N", "off", "True", "t", "maybe"]))
     if annotation is int:
         return st.one_of(st.integers(0, 12), st.integers(1, 12).map(float))
     if annotation is float:

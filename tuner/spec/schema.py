@@ -22,12 +22,14 @@ editor needs:
 * **What the loader accepts besides the models' fields**, so that no valid spec gets a false
   error: ``metric``/``mode`` lists (several objectives), ``reporting.cli: true|false``,
   ``scheduler`` null or without ``type`` under ``search: bohb``, ``checkpoint`` null under
-  ``pbt``/``pb2``, and the YAML 1.1 spellings that PyYAML reads and a YAML 1.2 editor reads as
-  text: ``yes``/``no``/``on``/``off`` booleans and numbers with ``_`` digit separators.
+  ``pbt``/``pb2``, the YAML 1.1 spellings that PyYAML reads and a YAML 1.2 editor reads as text
+  (``yes``/``no``/``on``/``off``, numbers with ``_`` digit separators), and the booleans pydantic
+  reads besides (a bool field is not strict: ``y``/``n``, ``t``/``f`` in any case, ``0``/``1``).
 * **Checks a schema can state** that the models make in validators: parameter and experiment
   names, ``trainable``'s ``module:function`` form, ``ray.address``, non-empty ``values``, the
-  form of a ``when`` condition, ``low > 0`` on a log scale, two or more objectives. (Cross-field
-  rules, ``low < high`` among them, are the loader's alone: ``tuner validate`` says them.)
+  form of a ``when`` condition, ``low > 0`` on a log scale, two or more objectives, a metric with
+  its mode. (The other rules across fields, ``low < high`` among them, are the loader's alone:
+  ``tuner validate`` says them.)
 
 The committed file :data:`SCHEMA_FILE` is :func:`schema_text` (``tests/test_schema.py`` checks);
 a shipped spec names it on its first line, ``# yaml-language-server: $schema=<relative path>``.
@@ -55,15 +57,20 @@ DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 
 _REF = "#/definitions/"
 
-# Text that PyYAML (YAML 1.1, the loader) reads as a boolean or a number, and a YAML 1.2 editor as text:
-# yes/no/on/off, and numbers with `_` digit separators (3_600). (patternErrorMessage: yaml-language-server's.)
-_YAML11 = {
-    "Yaml11Boolean": {"type": "string", "pattern": "^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$",
-                      "description": "A YAML 1.1 boolean, which tuner reads as true or false.",
-                      "patternErrorMessage": "Expected a boolean (true or false)."},
-    "Yaml11Number": {"type": "string", "pattern": r"^(?=[^_]*_)[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?$",
-                     "description": "A number with _ digit separators (YAML 1.1), which tuner reads as a number.",
-                     "patternErrorMessage": "Expected a number."},
+# What the loader reads as a boolean or a number besides YAML 1.2's true/false and numbers (which a YAML 1.2
+# editor reads as text or a number): PyYAML's YAML 1.1 words yes/no/on/off, and pydantic's (a bool field is
+# not strict) y/n, t/f, any case, and 0/1; numbers with `_` digit separators (3_600). (patternErrorMessage
+# is yaml-language-server's.)
+_LAX = {
+    "LaxBoolean": {
+        "description": "A boolean as tuner also reads it: yes/no, on/off, y/n, t/f, true/false in any case, 0/1.",
+        "anyOf": [{"type": "string", "pattern": "^(?:[oO][nN]|[oO][fF][fF]|[yY](?:[eE][sS])?|[nN][oO]?"
+                                                 "|[tT](?:[rR][uU][eE])?|[fF](?:[aA][lL][sS][eE])?|[01])$",
+                   "patternErrorMessage": "Expected a boolean (true or false)."},
+                  {"type": "integer", "minimum": 0, "maximum": 1}]},
+    "LaxNumber": {"type": "string", "pattern": r"^(?=[^_]*_)[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?$",
+                  "description": "A number with _ digit separators (YAML 1.1), which tuner reads as a number.",
+                  "patternErrorMessage": "Expected a number."},
 }
 _NON_BLANK = {"type": "string", "pattern": r"\S"}
 # Pydantic leaves a constraint on an optional number (`Int | None = Field(ge=1)`) under its own name.
@@ -92,7 +99,7 @@ def spec_schema() -> dict[str, Any]:
     _field_docs(raw, defs)
     unions: dict[str, Any] = {}
     schema, defs = _walk(schema, unions), {name: _walk(node, unions) for name, node in defs.items()}
-    defs.update(unions, **_YAML11)
+    defs.update(unions, **_LAX)
     _param_space(schema, defs)
     _leniencies(schema, defs)
     _checks(schema, defs)
@@ -159,7 +166,7 @@ def _walk(node: Any, unions: dict[str, Any]) -> Any:
     if out.get("type") in ("boolean", "integer", "number"):
         kind = {k: out.pop(k) for k in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
                 if k in out}
-        out["anyOf"] = [kind, {"$ref": _REF + ("Yaml11Boolean" if kind["type"] == "boolean" else "Yaml11Number")}]
+        out["anyOf"] = [kind, {"$ref": _REF + ("LaxBoolean" if kind["type"] == "boolean" else "LaxNumber")}]
     if "anyOf" in out:  # {anyOf: [{anyOf: [a, b]}, c]} is {anyOf: [a, b, c]}
         out["anyOf"] = [x for item in out["anyOf"] for x in (item["anyOf"] if list(item) == ["anyOf"] else [item])]
     return out
@@ -264,7 +271,7 @@ def _leniencies(schema: dict, defs: dict[str, Any]) -> None:
     # Reporting._cli_flag: cli: true|false is {enabled: true|false}.
     cli = defs["Reporting"]["properties"]["cli"]
     ref = cli.pop("$ref", None) or cli.pop("allOf")[0]["$ref"]
-    cli["anyOf"] = [{"$ref": ref}, {"type": "boolean"}, {"$ref": _REF + "Yaml11Boolean"}]
+    cli["anyOf"] = [{"$ref": ref}, {"type": "boolean"}, {"$ref": _REF + "LaxBoolean"}]
 
 
 def _checks(schema: dict, defs: dict[str, Any]) -> None:
