@@ -1,4 +1,4 @@
-"""The command line: ``tuner run|validate|submit SPEC``, ``resume``, ``jobs`` (also ``python -m tuner``).
+"""The command line: ``tuner run|validate|submit SPEC``, ``resume``, ``jobs``, ``schema`` (also ``python -m tuner``).
 
 Exit codes: 0 every trial ended well; 1 some trials errored (named in the summary);
 2 bad input (nothing started, nothing written); 75 the disk holding the experiment is
@@ -362,6 +362,27 @@ def list_command(storage) -> None:
     if is_remote(storage):
         storage = experiments_mirror(storage)
     click.echo(render_list(list_experiments(storage)), nl=False)
+
+
+@cli.command("schema")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the schema to this file instead of printing it, e.g. schema/tuner-spec.schema.json.")
+def schema_command(output) -> None:
+    """Print the JSON Schema (draft-07) of the spec, for completion and checks in an editor.
+
+    Generated from the spec's pydantic models (tuner.spec.schema). A spec whose first line is
+    `# yaml-language-server: $schema=PATH` gets them in VS Code's YAML extension (and any
+    editor with yaml-language-server).
+    """
+    from tuner.files import atomic_write
+    from tuner.spec import schema_text
+
+    text = schema_text()
+    if output:
+        atomic_write(output, text)
+        click.echo(f"Schema: {output}")
+    else:
+        click.echo(text, nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,6 +39,35 @@ class Spec(_Model):
     See the README's "The spec" section for every field. Validation refuses wrong
     searcher/scheduler pairs, grid values under model-based searchers, schedulers
     without a metric, and rungs that cannot exist.
+
+    Attributes:
+        name: The experiment's name and folder under ``storage``: letters, digits, ``.``,
+            ``_`` and ``-`` only.
+        trainable: ``package.module:function`` or ``path/to/file.py:function``: a train
+            function of ``config``, or a ``ray.tune.Trainable`` class.
+        metric: A key the train function reports; a list of two or more for several objectives.
+        mode: ``min`` or ``max``; a list of as many modes as metrics.
+        objectives: Several objectives as ``[{metric, mode}, ...]`` (instead of metric and mode lists).
+        constraints: Bounds on reported metrics (``{metric, min, max}``); only feasible trials count.
+        num_samples: Trials to sample; under grid search, repeats of each grid point.
+        max_concurrent_trials: Trials running at once (default: as many as fit).
+        time_budget_s: Seconds for the whole experiment.
+        stop: Reported key -> threshold that ends a trial (``training_iteration``, ``time_total_s``, ...).
+        seed: Seed of the searcher: the same seed samples the same configs.
+        param_space: Parameter names -> a distribution (a mapping with ``type``), a constant or a group.
+        search: The searcher: ``algorithm`` grid, random, bohb or optuna, and its options.
+        scheduler: The scheduler that stops or perturbs trials: ``type`` fifo, asha, hyperband, bohb,
+            median, pbt or pb2, and its options.
+        resources: CPUs and GPUs per trial, or ``workers`` for a DDP trial.
+        reporting: The console table (``cli``), TensorBoard, W&B and MLflow.
+        storage: The folder (or cloud URI) the experiment folder goes in.
+        ray: ``address`` of a running Ray cluster; none starts a local Ray.
+        failure: Retries of a failing trial, and when to stop the experiment on errors.
+        checkpoint: How often trial checkpoints are kept, and how many.
+        trial_timeout_s: Seconds after which a trial is ended, hung or not.
+        amp: Mixed precision through ``trial.autocast()`` and ``trial.scaler()``.
+        oom_backoff: The parameter (dotted for a nested one) halved on CUDA out-of-memory.
+        min_batch_size: The smallest value ``oom_backoff`` halves to.
     """
 
     name: str = "experiment"
