@@ -414,7 +414,7 @@ def _best_checkpoint(spec: Spec, result: Any, path: Path, location: str | None) 
     Returns:
         ``checkpoint`` (folder, or URI in the cloud ``location``), ``dir`` (its path in the experiment
         folder, ``/``-separated), ``metrics`` (``metric``, ``value``, ``training_iteration`` reported
-        with it) and ``config`` (the trial's).
+        with it) and ``config`` (the trial's config the checkpoint was trained with, as reported with it).
     """
     from tuner.storage import display, to_uri
 
@@ -438,7 +438,9 @@ def _best_checkpoint(spec: Spec, result: Any, path: Path, location: str | None) 
             "metrics": {"metric": score[0] if score else None,
                         "value": plain(value) if is_finite_number(value) else None,
                         "training_iteration": plain((metrics or {}).get("training_iteration"))},
-            "config": plain(result.config or {})}
+            # The config the checkpoint was trained with: a PBT/PB2 trial's changes at each exploit.
+            "config": plain(config if isinstance(config := (metrics or {}).get("config"), dict) and config
+                            else result.config or {})}
 
 
 def _front(spec: Spec, grid: ResultGrid, statuses: list[str], ids: list[str]) -> list[str]:
@@ -483,7 +485,8 @@ def _front_summary(spec: Spec, grid: ResultGrid, statuses: list[str], ids: list[
 
 
 def best_line(spec: Spec, result: TuneResult) -> str:
-    """The closing line: ``Best trial <id>: <metric>=<value> config={...}``; with several objectives,
+    """The closing line: ``Best trial <id>: <metric>=<last value> config={...}``, under a ``best.scope``
+    other than ``last`` with the score after the value (``(scope all: 0.95)``); with several objectives,
     the size of the Pareto front first."""
     if spec.multi_objective:
         front = result.pareto_front
@@ -499,8 +502,10 @@ def best_line(spec: Spec, result: TuneResult) -> str:
         if spec.constraints:
             return f"No best trial: no feasible trial reported a finite {spec.metric}."
         return f"No best trial: no trial reported a finite {spec.metric}."
-    return (f"Best trial {result.best_trial_id}: {spec.metric}={_shown((result.best_metrics or {}).get(spec.metric))} "
-            f"config={result.best_config}")
+    score = "" if spec.best.scope == "last" else \
+        f" (scope {spec.best.scope}: {_shown((result.summary.get('best') or {}).get('score'))})"
+    return (f"Best trial {result.best_trial_id}: {spec.metric}={_shown((result.best_metrics or {}).get(spec.metric))}"
+            f"{score} config={result.best_config}")
 
 
 def _shown(value: Any) -> Any:
