@@ -10,6 +10,7 @@ The pure rules of :mod:`tuner.best` are tested without Ray.
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -77,8 +78,6 @@ def test_scope_all_picks_the_peak_and_its_best_checkpoint(peaks_run):
     assert best["trial_id"] == labels["peak"]
     assert best["score"] == 0.95 and best["metrics"]["val_accuracy"] == 0.5  # scored by its peak, not its last
     assert best["checkpoint_metrics"] == {"metric": "val_accuracy", "value": 0.95, "training_iteration": 3}
-    from pathlib import Path
-
     assert _epoch(Path(best["checkpoint"])) == 2  # TuneResult.best_checkpoint: the peak's, not the newest
     # results.csv: ranked by the score, which it shows; the last values alone would rank steady first.
     csv = pd.read_csv(exp / RESULTS_CSV)
@@ -211,6 +210,6 @@ def test_the_plan_says_the_scope_and_the_kept_checkpoints(tmp_path):
     spec = load_spec(path)
     assert _describe_objectives(spec) == ["metric:     val_accuracy (max); best trial by scope all (the best value "
                                           "it reported)"]
-    assert _describe_checkpoints(spec) == ["checkpoints: the best 2 by val_accuracy (max) per trial, and the newest"]
+    assert _describe_checkpoints(spec) == ["checkpoint: the best 2 by val_accuracy (max) per trial, and the newest"]
     path.write_text("trainable: tests.trainables:quadratic\ncheckpoint: {num_to_keep: 3}\n")
-    assert _describe_checkpoints(load_spec(path)) == ["checkpoints: the newest 3 per trial"]
+    assert _describe_checkpoints(load_spec(path)) == ["checkpoint: the newest 3 per trial"]

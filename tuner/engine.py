@@ -436,10 +436,10 @@ def _describe_checkpoints(spec: Spec) -> list[str]:
     """The plan line of the checkpoints a trial keeps (:func:`tuner.trainable.kept_checkpoints`)."""
     keep, score = spec.checkpoint.num_to_keep, spec.checkpoint_score
     if keep is None:
-        return ["checkpoints: every one kept" + (f"; the best by {score[0]} ({score[1]}) is exported" if score else "")]
+        return ["checkpoint: every one kept" + (f"; the best by {score[0]} ({score[1]}) is exported" if score else "")]
     if score is None:
-        return [f"checkpoints: the newest {keep} per trial"]
-    return [f"checkpoints: the best {keep} by {score[0]} ({score[1]}) per trial, and the newest"]
+        return [f"checkpoint: the newest {keep} per trial"]
+    return [f"checkpoint: the best {keep} by {score[0]} ({score[1]}) per trial, and the newest"]
 
 
 def _describe_objectives(spec: Spec) -> list[str]:
