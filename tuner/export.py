@@ -113,7 +113,7 @@ def export(experiment: str | os.PathLike, to: str | os.PathLike, trial_id: str |
         (staging / EXPORT_METRICS).write_text(json.dumps(record, indent=2) + "\n")
         if (folder / SPEC_SNAPSHOT).is_file():
             shutil.copyfile(folder / SPEC_SNAPSHOT, staging / EXPORT_SPEC)
-        (staging / EXPORT_README).write_text(_readme(summary, record))
+        (staging / EXPORT_README).write_text(_readme(summary, record, (staging / EXPORT_SPEC).is_file()))
         if target.exists():
             target.rmdir()  # empty, checked above
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +161,8 @@ def _copy_checkpoint(source: str, destination: Path, shown: str) -> None:
     pafs.copy_files(path, str(destination), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
 
 
-def _readme(summary: dict[str, Any], record: dict[str, Any]) -> str:
-    """The export's README (Markdown)."""
+def _readme(summary: dict[str, Any], record: dict[str, Any], has_spec: bool = True) -> str:
+    """The export's README (Markdown); ``has_spec``: the experiment's spec was copied."""
     name = summary.get("name") or "experiment"
     at = f"iteration {record['training_iteration']}" if record["training_iteration"] is not None else "its end"
     score = (f", where {record['metric']} = {record['value']} ({record['mode'] or 'its score'}: the best of the "
@@ -178,7 +178,7 @@ def _readme(summary: dict[str, Any], record: dict[str, Any]) -> str:
         f"(`ray.tune.Checkpoint.from_directory(\"{EXPORT_MODEL_DIR}\")` opens it).",
         f"- `{EXPORT_CONFIG}`: the trial's config: the hyperparameters the model was trained with.",
         f"- `{EXPORT_METRICS}`: the metric reported with the checkpoint, its iteration, the trial and the scope.",
-        f"- `{EXPORT_SPEC}`: the spec the experiment ran.",
+        *([f"- `{EXPORT_SPEC}`: the spec the experiment ran."] if has_spec else []),
         f"- `{EXPORT_README}`: this file.",
         "",
     ]
