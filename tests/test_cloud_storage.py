@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tuner.layout import EXPORT_METRICS, EXPORT_MODEL_DIR
+
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_cloud_storage")
 
@@ -139,6 +141,16 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli):
     listed = run_cli("list", storage, env=env)
     assert listed.returncode == 0, listed.stderr
     assert "cloud" in listed.stdout
+
+    # export copies the best trial's best checkpoint from the bucket (loss falls: epoch 2's).
+    out = tmp_path / "exported"
+    exported = run_cli("export", location, "--to", out, env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((out / EXPORT_MODEL_DIR / "state.json").read_text()) == {"epoch": 2}
+    metrics = json.loads((out / EXPORT_METRICS).read_text())
+    best = json.loads(_read(fs, "tuner-test/runs/cloud/summary.json"))["best"]
+    assert (metrics["trial_id"], metrics["metric"], metrics["training_iteration"]) == (best["trial_id"], "loss", 3)
+    assert metrics["experiment"] == "s3://tuner-test/runs/cloud" and metrics["checkpoint"] == best["checkpoint"]
 
 
 def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path, run_cli):

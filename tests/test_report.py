@@ -101,7 +101,7 @@ def test_report_table_sorts_by_the_metric_and_marks_the_best(run, run_cli):
     lines = proc.stdout.splitlines()
     best = summary(run)["best"]["trial_id"]
     assert lines[0].startswith(f"Experiment steady ({run.exp.resolve()}): finished, started ")
-    assert lines[1] == "6 trials (6 TERMINATED); metric loss (min)"
+    assert lines[1] == "6 trials (6 TERMINATED); metric loss (min); best trial by scope last"
     header = next(i for i, line in enumerate(lines) if "trial_id" in line)
     for column in ("status", "iter", "x", "opt", "loss (last)", "loss (best)"):
         assert column in lines[header]

@@ -338,6 +338,26 @@ def report(experiment, fmt, output, top) -> None:
         click.echo(text, nl=False)
 
 
+@cli.command("export")
+@click.argument("experiment", metavar="EXPERIMENT_DIR", type=str)
+@click.option("--to", "to", required=True, type=click.Path(), metavar="DIR",
+              help="The export folder: new, or empty.")
+@click.option("--trial", "trial_id", type=str, default=None, metavar="ID",
+              help="Export this trial's best checkpoint (default: the best trial's).")
+def export_command(experiment, to, trial_id) -> None:
+    """Copy the best trial's best checkpoint into a self-contained folder.
+
+    The folder holds the checkpoint's files, the trial's config, the metric at the checkpoint
+    and its iteration, the spec and a README. EXPERIMENT_DIR may be a cloud URI.
+    """
+    from tuner.export import export
+    from tuner.layout import EXPORT_FILES
+
+    done = export(experiment, to, trial_id)
+    value = f": {done.metric}={done.value} at iteration {done.training_iteration}" if done.metric else ""
+    click.echo(f"Exported trial {done.trial_id}'s checkpoint{value} to {done.path} ({', '.join(EXPORT_FILES)})")
+
+
 def _local_copy(experiment: str) -> str:
     """A cloud experiment URI: download it (but checkpoints) into its local mirror and give that."""
     from tuner.storage import download, is_remote, mirror_dir

@@ -403,6 +403,7 @@ def plan(prepared: Prepared) -> str:
         f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
         *_describe_space(spec),
         *_describe_objectives(spec),
+        *_describe_checkpoints(spec),
     ]
     budget = []
     if spec.stop:
@@ -428,13 +429,29 @@ def _describe_space(spec: Spec) -> list[str]:
     return [f"space:      {tree[0]}", *(f"            {line}" for line in tree[1:])]
 
 
+#: How the plan says what ``best.scope`` scores a trial by.
+SCOPE_WORDS = {"last": "its last value", "all": "the best value it reported",
+               "last-5-avg": "the mean of its last 5 values", "last-10-avg": "the mean of its last 10 values"}
+
+
+def _describe_checkpoints(spec: Spec) -> list[str]:
+    """The plan line of the checkpoints a trial keeps (:func:`tuner.trainable.kept_checkpoints`)."""
+    keep, score = spec.checkpoint.num_to_keep, spec.checkpoint_score
+    if keep is None:
+        return ["checkpoint: every one kept" + (f"; the best by {score[0]} ({score[1]}) is exported" if score else "")]
+    if score is None:
+        return [f"checkpoint: the newest {keep} per trial"]
+    return [f"checkpoint: the best {keep} by {score[0]} ({score[1]}) per trial, and the newest"]
+
+
 def _describe_objectives(spec: Spec) -> list[str]:
     """Plan lines for the metric, or the objectives and which of them the scheduler compares, and the constraints."""
     lines = []
     if not spec.metric:
         lines.append("metric:     (none: no best trial)")
     elif not spec.multi_objective:
-        lines.append(f"metric:     {spec.metric} ({spec.mode})")
+        lines.append(f"metric:     {spec.metric} ({spec.mode}); best trial by scope {spec.best.scope} "
+                     f"({SCOPE_WORDS[spec.best.scope]})")
     else:
         objectives = spec.objectives or []
         lines.append(f"objectives: {', '.join(f'{o.metric} ({o.mode})' for o in objectives)}: the result is the "

@@ -20,7 +20,8 @@ from tuner.spec.conditions import Space, expand
 from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, SubspaceChoice, _Dist
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
-from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Constraint, Failure,
+from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, BestTrial, Checkpointing, Constraint,
+                                 Failure,
                                  FIFOScheduler, Objective, RandomSearch, RayConfig, Reporting, Resources,
                                  SchedulerConfig, SearchConfig)
 
@@ -90,6 +91,7 @@ class Spec(_Model):
     ray: RayConfig = Field(default_factory=RayConfig)
     failure: Failure = Field(default_factory=Failure)
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    best: BestTrial = Field(default_factory=BestTrial)
     trial_timeout_s: Float | None = Field(default=None, gt=0)
     amp: bool = False
     oom_backoff: NonBlank | None = None
@@ -320,6 +322,7 @@ class Spec(_Model):
             self._check_bohb_points()
         if sched in POPULATION_SCHEDULERS:
             self._check_population()
+        self._check_checkpoint_score()
         if self.oom_backoff is not None:
             names = [p.dotted for p in self.space.params if p.dist is not None] + \
                 [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, _Dist)]
@@ -329,6 +332,43 @@ class Spec(_Model):
                 raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
                             f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
         return self
+
+    def _check_checkpoint_score(self) -> None:
+        """``checkpoint.score``: a metric other than the objectives needs ``score_mode``; ``best.scope``
+        other than ``last`` needs one objective."""
+        ck = self.checkpoint
+        names = [o.metric for o in self.objectives or []]
+        if ck.score is not None and ck.score not in names and ck.score_mode is None:
+            spec_metric = ("the spec's metric (none is set)" if not names else f"the spec's metric ({names[0]})"
+                           if len(names) == 1 else f"an objective ({_allowed(names)})")
+            raise _fail("checkpoint.score", f"checkpoint.score {ck.score!r} is not {spec_metric}, so tuner cannot "
+                        f"know whether lower or higher is better; add `checkpoint.score_mode: min` or "
+                        f"`checkpoint.score_mode: max`.")
+        if ck.score_mode is not None and ck.score is None:
+            raise _fail("checkpoint.score_mode", "checkpoint.score_mode goes with checkpoint.score (without it the "
+                        "checkpoints are ranked by the spec's metric, with its mode); add `checkpoint.score: NAME`, "
+                        "a key your train function reports, or drop score_mode.")
+        scope = self.best.scope
+        if scope != "last" and self.metric is None:
+            raise _fail("best.scope", f"best.scope {scope!r} scores trials by a metric, but the spec sets none; "
+                        "add `metric:` and `mode:`.")
+        if scope != "last" and self.multi_objective:
+            raise _fail("best.scope", f"best.scope {scope!r} applies to one objective, but the spec has "
+                        f"{len(names)} (the Pareto front compares each trial's last values); use best.scope last, "
+                        "or one metric.")
+
+    @property
+    def checkpoint_score(self) -> tuple[str, str] | None:
+        """``(metric, mode)`` that ranks a trial's checkpoints (:class:`Checkpointing`): ``checkpoint.score``
+        with its mode, else the spec's metric (the first objective) and mode; None: no metric, the newest
+        checkpoints are kept."""
+        ck = self.checkpoint
+        if ck.score is not None:
+            mode = ck.score_mode or next(o.mode for o in self.objectives or [] if o.metric == ck.score)
+            return ck.score, mode
+        if self.metric is not None and self.mode is not None:
+            return self.metric, self.mode
+        return None
 
     def _check_objectives(self) -> None:
         """``objectives`` (two or more, each metric once, not with ``metric``/``mode``), a searcher and a

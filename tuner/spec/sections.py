@@ -427,17 +427,44 @@ class Failure(_Model):
 
 
 class Checkpointing(_Model):
-    """How often trial checkpoints are kept, and how many.
+    """How often trial checkpoints are kept, and which.
+
+    Ray keeps a trial's best ``num_to_keep`` checkpoints by ``score`` and, besides them, always
+    its newest one, which a resume, a retry after a failure and a PBT/PB2 clone start from
+    (Ray's ``CheckpointConfig(num_to_keep, checkpoint_score_attribute, checkpoint_score_order)``;
+    its ``_CheckpointManager`` never deletes the latest checkpoint).
 
     Attributes:
         frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
             reports (iterations); the others are skipped.
-        num_to_keep: Checkpoints kept per trial (the newest); None keeps all
-            (Ray's ``CheckpointConfig.num_to_keep``).
+        num_to_keep: Checkpoints kept per trial, the best by ``score``; None keeps all.
+        score: The reported metric that ranks a trial's checkpoints (the value reported with
+            the checkpoint); None: the spec's metric (the first objective), with its mode, or,
+            without a metric, the newest checkpoints are kept.
+        score_mode: ``min`` or ``max`` for ``score``; required when ``score`` is not the spec's
+            metric (an objective), whose mode it takes otherwise.
     """
 
     frequency: Int = Field(default=1, ge=1)
     num_to_keep: Int | None = Field(default=2, ge=1)
+    score: NonBlank | None = None
+    score_mode: Literal["min", "max"] | None = None
+
+
+#: ``best.scope``: how a trial's reported values make its score (Ray's ``get_best_result(scope=...)``).
+BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg")
+
+
+class BestTrial(_Model):
+    """How the best trial is chosen: which of a trial's reported values score it.
+
+    Attributes:
+        scope: ``last``: its last value; ``all``: the best value it ever reported (min or max
+            by the mode); ``last-5-avg``/``last-10-avg``: the mean of its last 5 or 10 values.
+            As Ray's ``ResultGrid.get_best_result(scope=...)``; the rule is :mod:`tuner.best`'s.
+    """
+
+    scope: Literal["last", "all", "last-5-avg", "last-10-avg"] = "last"
 
 
 class CLIReporting(_Model):
