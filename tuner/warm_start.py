@@ -323,8 +323,9 @@ def _read(entry: str, spec: Spec, field_path: str) -> tuple[str, Spec, list[dict
 
     from tuner.space import plain
     from tuner.spec import load_spec, parse_yaml
-    from tuner.storage import display, join, read_text
+    from tuner.storage import display, is_remote, join, read_text
 
+    shown = display(entry)  # a URI's query (endpoint, options) left out
     for where in _locate(entry, spec):
         text = read_text(join(where, SPEC_SNAPSHOT))
         if text is None:
@@ -333,20 +334,21 @@ def _read(entry: str, spec: Spec, field_path: str) -> tuple[str, Spec, list[dict
             data, _ = parse_yaml(text, join(where, SPEC_SNAPSHOT))
             earlier = load_spec(data, require_trainable=False)
         except SpecError as err:
-            raise spec.error(field_path, f"the earlier experiment {entry} has a {SPEC_SNAPSHOT} that this tuner cannot "
+            raise spec.error(field_path, f"the earlier experiment {shown} has a {SPEC_SNAPSHOT} that this tuner cannot "
                              f"read ({str(err).splitlines()[0]}); warm-start from another one.") from None
         csv = read_text(join(where, RESULTS_CSV))
         if csv is None:
-            raise spec.error(field_path, f"the earlier experiment {entry} has no {RESULTS_CSV}: it has not finished "
-                             f"(or stopped before writing it); finish it with `tuner resume {entry}`, or drop this "
+            raise spec.error(field_path, f"the earlier experiment {shown} has no {RESULTS_CSV}: it has not finished "
+                             f"(or stopped before writing it); finish it with `tuner resume {shown}`, or drop this "
                              "entry.")
         frame = pd.read_csv(io.StringIO(csv), dtype={"trial_id": str})
         rows = [{k: plain(v) for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
                 for r in frame.to_dict("records")]
         return display(where), earlier, rows
-    under = "" if Path(entry).is_absolute() or spec.remote_storage else f" (from the working directory, nor under " \
-        f"the storage folder {spec.storage})"
-    raise spec.error(field_path, f"warm_start names {entry}, which holds no tuner experiment{under}: no "
+    local = not is_remote(entry) and not entry.lower().startswith("file://")
+    under = f" (from the working directory, nor under the storage folder {spec.storage})" \
+        if local and not Path(entry).is_absolute() and not spec.remote_storage else ""
+    raise spec.error(field_path, f"warm_start names {display(entry)}, which holds no tuner experiment{under}: no "
                      f"{SPEC_SNAPSHOT} there. Give the folder of a finished `tuner run`, e.g. runs/mnist-asha (`tuner "
                      "list STORAGE` shows them), or a cloud URI of one.")
 
@@ -395,6 +397,7 @@ def load_warm_start(spec: Spec) -> WarmStart | None:
     if not entries:
         return None
     from tuner.pareto import feasible
+    from tuner.storage import display
 
     objectives = spec.objectives or []
     time_attr = spec.scheduler.time_attr
@@ -404,16 +407,17 @@ def load_warm_start(spec: Spec) -> WarmStart | None:
     for i, entry in enumerate(entries):
         field_path = f"search.warm_start.{i}"
         where, earlier, rows = _read(entry, spec, field_path)
+        shown = display(entry)  # a URI's query (endpoint, options) left out
         had = {o.metric for o in earlier.objectives or []}
         missing = [o.metric for o in objectives if o.metric not in had]
         if missing:
             was = ", ".join(sorted(had)) or "no metric"
-            raise spec.error(field_path, f"the earlier experiment {entry} was tuned on {was}, not on "
+            raise spec.error(field_path, f"the earlier experiment {shown} was tuned on {was}, not on "
                              f"{', '.join(missing)}: its trials' rewards would mean nothing here. Warm-start from an "
                              "experiment with the same metric.")
         comparison = compare_spaces(space_params(earlier), new, spec.search.algorithm)
         if comparison.refusals:
-            raise spec.error(field_path, f"the earlier experiment {entry} cannot warm-start this one: "
+            raise spec.error(field_path, f"the earlier experiment {shown} cannot warm-start this one: "
                              f"{'; '.join(comparison.refusals)}. Or drop this entry.")
         left_out: dict[str, int] = {}
         fed: list[EarlierTrial] = []
@@ -440,7 +444,7 @@ def load_warm_start(spec: Spec) -> WarmStart | None:
         notes += [f"{n} trial{'s' if n != 1 else ''} left out: {why}." for why, n in left_out.items()]
         if not fed:
             why = ", ".join(f"{why} ({n})" for why, n in left_out.items()) or "its results.csv lists none"
-            raise spec.error(field_path, f"the earlier experiment {entry} has no trial to warm-start from: none of its "
+            raise spec.error(field_path, f"the earlier experiment {shown} has no trial to warm-start from: none of its "
                              f"{len(rows)} trials is usable here ({why}). Drop this entry, or warm-start from another "
                              "experiment.")
         trials += fed
