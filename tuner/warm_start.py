@@ -321,7 +321,6 @@ def _read(entry: str, spec: Spec, field_path: str) -> tuple[str, Spec, list[dict
     on every machine."""
     import pandas as pd
 
-    from tuner.space import plain
     from tuner.spec import load_spec, parse_yaml
     from tuner.storage import display, is_remote, join, read_text
 
@@ -342,7 +341,7 @@ def _read(entry: str, spec: Spec, field_path: str) -> tuple[str, Spec, list[dict
                              f"(or stopped before writing it); finish it with `tuner resume {shown}`, or drop this "
                              "entry.")
         frame = pd.read_csv(io.StringIO(csv), dtype={"trial_id": str})
-        rows = [{k: plain(v) for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
+        rows = [{k: _plain(v) for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
                 for r in frame.to_dict("records")]
         return display(where), earlier, rows
     local = not is_remote(entry) and not entry.lower().startswith("file://")
@@ -351,6 +350,11 @@ def _read(entry: str, spec: Spec, field_path: str) -> tuple[str, Spec, list[dict
     raise spec.error(field_path, f"warm_start names {display(entry)}, which holds no tuner experiment{under}: no "
                      f"{SPEC_SNAPSHOT} there. Give the folder of a finished `tuner run`, e.g. runs/mnist-asha (`tuner "
                      "list STORAGE` shows them), or a cloud URI of one.")
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar from pandas as the plain Python value (``np.int64(32)`` -> ``32``)."""
+    return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
 
 
 def _convert(row: Mapping[str, Any], spec: Spec, comparison: Comparison) -> tuple[dict[str, Any] | None, str | None]:
