@@ -107,6 +107,7 @@ def test_the_best_earlier_trials_are_ranked_by_the_best_trial_rule_one_per_confi
     warm = WarmStart(trials, [])
     assert [(t.source, t.trial_id) for t in warm.best(2, "min")] == [("a", "t2"), ("b", "t2")]
     assert [t.trial_id for t in warm.best(1, "max")] == ["t1"]
+    assert warm.best(0, "min") == []
 
 
 def test_the_earlier_experiment_is_read_checked_and_converted(monkeypatch):

@@ -84,8 +84,7 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None,
         if warm is not None and search.algorithm == "random":
             from tuner.warm_start import nested_configs
 
-            room = max(spec.num_samples - len(points or []), 0)
-            points = [*(points or []), *nested_configs(warm.best(min(search.top_k, room), spec.mode), spec)] or None
+            points = [*(points or []), *nested_configs(warm.best(warm.top_k(spec), spec.mode), spec)] or None
         if conditional:
             from tuner.space import presets
 

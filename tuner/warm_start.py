@@ -123,13 +123,20 @@ class WarmStart:
                        trial_id=lambda t: f"{t.source}\0{t.trial_id}")
         out: list[EarlierTrial] = []
         seen: list[dict] = []
-        for t in order:
+        for t in order if k > 0 else []:
             if t.config not in seen:
                 seen.append(t.config)
                 out.append(t)
             if len(out) == k:
                 break
         return out
+
+    @staticmethod
+    def top_k(spec: Spec) -> int:
+        """How many earlier trials random search runs again first: ``search.warm_start_top_k`` (3 by default),
+        within the trials that ``num_samples`` leaves after ``points_to_evaluate``."""
+        points = getattr(spec.search, "points_to_evaluate", None) or []
+        return min(getattr(spec.search, "top_k", 0), max(spec.num_samples - len(points), 0))
 
     def describe(self, spec: Spec) -> list[str]:
         """Plan lines: how many earlier trials are fed, from where, how, and the notes."""
@@ -138,7 +145,7 @@ class WarmStart:
                "bohb": "told to BOHB's model at the budget each reached",
                "random": ""}[algo]
         if algo == "random":
-            k = min(getattr(spec.search, "top_k", 1), len(self.trials))
+            k = min(self.top_k(spec), len(self.trials))
             how = f"the best {k} run again first (random search has no model; the others are not used)"
         lines = [f"warm start: {len(self.trials)} earlier trial{'s' if len(self.trials) != 1 else ''}, {how}"]
         for s in self.sources:
