@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
@@ -20,6 +20,9 @@ from tuner.layout import (BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, REPLAY_POLICY, RU
                           trial_folder_name)
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
+
+if TYPE_CHECKING:
+    from tuner.warm_start import WarmStart
 
 __all__ = ["tune_model", "plan", "prepare"]
 
@@ -44,6 +47,8 @@ class Prepared:
         renamed_from: The spec's name when its folder held an experiment already and this
             run got a fresh one (``name-2``); None otherwise.
         replay: For ``tuner run --replay``: the PBT schedule the run replays; None otherwise.
+        warm_start: The earlier trials ``search.warm_start`` feeds to the searcher
+            (:func:`tuner.warm_start.load_warm_start`); None without it, and for a resume.
     """
 
     def __init__(self, spec: Spec, trainable: Callable, experiment_path: Path, cluster, python_path: list[str],
@@ -59,6 +64,7 @@ class Prepared:
         self.resumed_num_samples: int | None = None
         self.renamed_from: str | None = None
         self.replay: Replay | None = None
+        self.warm_start: WarmStart | None = None
         self.location = spec_location(spec) if spec.remote_storage else str(experiment_path)
 
     @property
@@ -136,6 +142,10 @@ def prepare(
     from tuner.spec import check_extras
 
     check_extras(spec)  # reporting.wandb / reporting.mlflow need their packages, before Ray starts
+    from tuner.warm_start import load_warm_start
+
+    # The earlier experiments of search.warm_start, checked against this spec (a resume's searcher has them).
+    warm = None if _resume else load_warm_start(spec)
 
     import ray
 
@@ -161,6 +171,7 @@ def prepare(
     prepared = Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
     prepared.renamed_from = renamed_from
     prepared.replay = planned
+    prepared.warm_start = warm
     return prepared
 
 
@@ -413,6 +424,8 @@ def plan(prepared: Prepared) -> str:
     if budget:
         lines.append(f"budget:     {'; '.join(budget)}")
     lines += describe_search(spec)
+    if prepared.warm_start is not None:
+        lines += prepared.warm_start.describe(spec)
     if prepared.cluster is not None:
         lines += describe_resources(spec, prepared.cluster)
     else:
@@ -706,7 +719,9 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             note = one_live_trial_note(spec, max_concurrent or 0)
             if note:
                 echo(f"tuner: note: {note}")
-        searcher = build_searcher(spec, max_concurrent)
+            for line in prepared.warm_start.describe(spec) if prepared.warm_start is not None else []:
+                echo(line)  # what the searcher learns from before its first suggestion, as the plan says
+        searcher = build_searcher(spec, max_concurrent, prepared.warm_start)
         scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
         ranked = spec.scheduler_objective
         basic = spec.search.algorithm in ("grid", "random")

@@ -300,6 +300,9 @@ class Spec(_Model):
             field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
             raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; "
                                "add `metric:` and `mode:`.")
+        if self.metric is None and getattr(self.search, "warm_start", None):
+            raise _fail("search.warm_start", "warm_start feeds earlier trials to the searcher by their metric (random "
+                        "search re-runs the best of them), but the spec sets none; add `metric:` and `mode:`.")
         if sched in SYNCHRONOUS_HYPERBAND and self.max_concurrent_trials == 1:
             # Ray's synchronous Hyperband processes a rung once every live trial of the bracket
             # reached it and keeps ceil(n/reduction_factor) >= 1 of them; the concurrency cap
@@ -604,7 +607,10 @@ class Spec(_Model):
 
     def mark(self, path: str) -> tuple[int, int] | None:
         """Return the 1-based ``(line, col)`` of a dotted field path in the spec file, or None."""
-        return self._marks.get(tuple(path.split("."))) if path else None
+        if not path:
+            return None
+        key = tuple(path.split("."))  # a list's items are marked by their int index
+        return self._marks.get(key) or self._marks.get(tuple(int(p) if p.isdigit() else p for p in key))
 
     def error(self, path: str, message: str) -> SpecError:
         """Build a :class:`SpecError` for ``path``: at its position in the spec file, or

@@ -84,19 +84,72 @@ class Constraint(_Model):
 
 
 class _Search(_Model):
+    """What every searcher but grid takes.
+
+    Attributes:
+        points_to_evaluate: Configs to run first, as given.
+        warm_start: Earlier experiments (folders or cloud URIs, as ``tuner report`` takes them)
+            whose finished trials are fed to the searcher before this run starts
+            (:mod:`tuner.warm_start`); None for a cold start.
+    """
+
     points_to_evaluate: list[dict[NonBlank, Any]] | None = None
+    warm_start: list[NonBlank] | None = None
+
+    @field_validator("warm_start")
+    @classmethod
+    def _some_sources(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise PydanticCustomError("tuner_spec", "warm_start must name at least one earlier experiment (a folder "
+                                      "such as runs/mnist-asha, or a cloud URI), or be omitted.")
+        return value
+
+
+#: Earlier trials that random search re-evaluates first under ``warm_start``, unless ``warm_start_top_k`` says.
+WARM_START_TOP_K = 3
 
 
 class RandomSearch(_Search):
-    """Random sampling (and grid parameters, if any): Ray's ``BasicVariantGenerator``."""
+    """Random sampling (and grid parameters, if any): Ray's ``BasicVariantGenerator``.
+
+    Attributes:
+        warm_start_top_k: With ``warm_start``: how many of the earlier experiments' best trials
+            run again first (after ``points_to_evaluate``), as points to evaluate; random search
+            has no model, so the other earlier trials are not used. None: :data:`WARM_START_TOP_K`.
+    """
 
     algorithm: Literal["random"]
+    warm_start_top_k: Int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _top_k_needs_warm_start(self):
+        if self.warm_start_top_k is not None and self.warm_start is None:
+            raise _fail("warm_start_top_k", "warm_start_top_k says how many of the earlier experiments' best trials "
+                        "run again first, but the spec has no `search.warm_start`; add it, or drop warm_start_top_k.")
+        return self
+
+    @property
+    def top_k(self) -> int:
+        """``warm_start_top_k``, else :data:`WARM_START_TOP_K`."""
+        return self.warm_start_top_k or WARM_START_TOP_K
 
 
 class GridSearch(_Model):
-    """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``)."""
+    """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``).
+
+    ``warm_start`` is refused: a grid runs every point whatever earlier trials found.
+    """
 
     algorithm: Literal["grid"]
+    warm_start: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _no_warm_start(self):
+        if self.warm_start is not None:
+            raise _fail("warm_start", "grid search runs every grid point whatever earlier trials found, so a warm "
+                        "start would change nothing; use search random (it re-runs the earlier best trials first), "
+                        "optuna or bohb (their models learn from every earlier trial), or drop warm_start.")
+        return self
 
 
 #: Optuna's samplers that ``search.sampler`` names: TPE (single- and multi-objective), NSGA-II, NSGA-III.
