@@ -713,3 +713,12 @@ def conditional_objective(config: dict) -> None:
     z = _config_z(config, seed)
     _charged_steps(config, lambda t: conditional_fidelity(true_value, t, z, max_t=max_t), true_value, max_t,
                    record_bytes=COND_RECORD_BYTES)
+
+
+def mfh6_objective(config: dict) -> None:
+    """MF-Hartmann 6-D (:func:`mf_hartmann6`) with ``config["max_t"]`` fidelity steps, one report of ``loss`` a
+    step, charged to the experiment's budget file (:func:`_charged_steps`): the warm-start benchmark's
+    trial (``benchmarks/warm_start.py``), shorter than :func:`search_objective`'s 100 steps."""
+    xs = tuple(float(config[f"X_{i}"]) for i in range(6))
+    max_t = int(config["max_t"])
+    _charged_steps(config, lambda t: mf_hartmann6(xs, t, z_max=max_t), mf_hartmann6(xs, max_t, z_max=max_t), max_t)

@@ -345,3 +345,11 @@ def test_conditional_benchmark_writes_its_table_and_plot(tmp_path):
     if importlib.util.find_spec("matplotlib") is None:
         return
     assert (img / "conditional_toy.png").stat().st_size > 0
+
+
+def test_warm_start_benchmark_counts_the_iterations_to_the_first_experiments_regret():
+    from benchmarks.warm_start import iterations_to
+
+    assert iterations_to([4.0, 2.0, 1.0], 2.0) == 2
+    assert iterations_to([1.0], 1.0) == 1
+    assert math.isinf(iterations_to([4.0, 3.0], 1.0))

@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tuner.layout import EXPORT_METRICS, EXPORT_MODEL_DIR
+
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_cloud_storage")
 
@@ -140,6 +142,16 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli):
     assert listed.returncode == 0, listed.stderr
     assert "cloud" in listed.stdout
 
+    # export copies the best trial's best checkpoint from the bucket (loss falls: epoch 2's).
+    out = tmp_path / "exported"
+    exported = run_cli("export", location, "--to", out, env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((out / EXPORT_MODEL_DIR / "state.json").read_text()) == {"epoch": 2}
+    metrics = json.loads((out / EXPORT_METRICS).read_text())
+    best = json.loads(_read(fs, "tuner-test/runs/cloud/summary.json"))["best"]
+    assert (metrics["trial_id"], metrics["metric"], metrics["training_iteration"]) == (best["trial_id"], "loss", 3)
+    assert metrics["experiment"] == "s3://tuner-test/runs/cloud" and metrics["checkpoint"] == best["checkpoint"]
+
 
 def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path, run_cli):
     from tuner.storage import join, mirror_dir
@@ -195,3 +207,27 @@ def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli)
     trial = best[len("s3://tuner-test/runs/cloud-ddp/"):].split("/")[0]
     assert f"{trial}/.train_placement_group" in files, "rank 0 recorded its placement group in the bucket"
     assert any(n.startswith(f"{trial}/") and "/checkpoint_" in n for n in files), sorted(files)
+
+
+def test_warm_start_reads_an_earlier_experiment_from_the_bucket(s3):
+    """search.warm_start names a cloud URI: its spec.yaml and results.csv are read from the bucket (no Ray)."""
+    from tests.fixtures.paths import ROOT
+    from tuner.layout import RESULTS_CSV, SPEC_SNAPSHOT
+    from tuner.spec import SpecError, load_spec
+    from tuner.warm_start import load_warm_start
+
+    storage, _, fs = s3
+    base, query = storage.split("?", 1)
+    folder = base[len("s3://"):] + "/warm-earlier"
+    for name in (SPEC_SNAPSHOT, RESULTS_CSV):
+        with fs.open_output_stream(f"{folder}/{name}") as f:
+            f.write((ROOT / "tests" / "warm_start" / "earlier" / name).read_bytes())
+    spec = {"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
+            "param_space": {"x": {"type": "uniform", "low": 0.0, "high": 1.0}, "epochs": 2},
+            "search": {"algorithm": "optuna", "warm_start": [f"{base}/warm-earlier?{query}"]}}
+    warm = load_warm_start(load_spec(spec))
+    assert [t.trial_id for t in warm.trials] == ["a0000001", "a0000002", "a0000003", "a0000004", "a0000007"]
+    assert warm.sources[0].where == f"{base}/warm-earlier"  # shown without the query
+    spec["search"]["warm_start"] = [f"{base}/nowhere?{query}"]
+    with pytest.raises(SpecError, match="holds no tuner experiment: no spec.yaml there"):
+        load_warm_start(load_spec(spec))

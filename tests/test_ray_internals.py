@@ -380,6 +380,16 @@ INTERNALS = [
                     _called(lambda cls: cls.on_trial_complete,
                             source_has("ot_trial = self._ot_trials[trial_id]", "self._ot_study.tell(ot_trial, val"))),
              via="optuna_trial_to_tell"),
+    Internal("ray.tune.search.optuna.OptunaSearch", "tuner/algorithms.py: _OptunaSearch (warm start: earlier "
+             "trials added to the study)",
+             all_of(_called(lambda cls: cls._setup_study, source_has("self._ot_study = ot.study.create_study(")),
+                    _called(lambda cls: cls.set_search_properties, source_has("self._setup_study("))),
+             via="optuna_study"),
+    Internal("ray.tune.search.bohb.TuneBOHB", "tuner/algorithms.py: _WarmBOHB (warm start: earlier trials told "
+             "to hpbandster)",
+             all_of(_called(lambda cls: cls._setup_bohb, source_has("self.bohber = BOHB(")),
+                    _called(lambda cls: cls.on_trial_result, source_has("self.bohber.new_result("))),
+             via="bohb_config_generator"),
     # schedulers and the Tune controller
     Internal("ray.tune.schedulers.HyperBandScheduler", "tuner/algorithms.py: _NeverWaitForever",
              _called(lambda cls: cls(), attrs("_trial_info")), via="hyperband_bracket"),

@@ -101,7 +101,7 @@ def test_report_table_sorts_by_the_metric_and_marks_the_best(run, run_cli):
     lines = proc.stdout.splitlines()
     best = summary(run)["best"]["trial_id"]
     assert lines[0].startswith(f"Experiment steady ({run.exp.resolve()}): finished, started ")
-    assert lines[1] == "6 trials (6 TERMINATED); metric loss (min)"
+    assert lines[1] == "6 trials (6 TERMINATED); metric loss (min); best trial by scope last"
     header = next(i for i, line in enumerate(lines) if "trial_id" in line)
     for column in ("status", "iter", "x", "opt", "loss (last)", "loss (best)"):
         assert column in lines[header]
@@ -143,6 +143,9 @@ def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     assert b["stopped_early"] == int((csv["training_iteration"] < 6).sum())
     assert b["trial_time_s"] < b["trial_time_s_without_early_stopping"]
     assert b["wall_time_s"] == pytest.approx(summary(run)["wall_time_s"], abs=0.01)
+    # The forecast recorded at run start (tuner.forecast): ASHA rungs 1, 2, 4 below max_t 6, half go on at each.
+    assert (b["forecast"]["expected"], b["forecast"]["max"]) == (6 * (1 + 1 / 2 + 2 / 4 + 2 / 8), 36)
+    assert b["forecast"]["used"] == b["trial_iterations"]
 
     out = run.tmp / "top.csv"
     proc = run_cli("report", run.exp, "--format", "csv", "--top", "3", "--output", out)

@@ -272,7 +272,7 @@ def test_one_objective_with_a_constraint_never_picks_an_infeasible_best(exp, tmp
         assert "Pareto front" not in table
         assert ("Feasible: " in table) == constrained
         if not constrained:
-            assert table.splitlines()[1] == "12 trials (12 TERMINATED); metric accuracy (max)"
+            assert table.splitlines()[1] == "12 trials (12 TERMINATED); metric accuracy (max); best trial by scope last"
 
 
 def test_creation_index_of_a_saved_trial():

@@ -289,6 +289,22 @@ def crashes_once(config):
                      checkpoint_dir=_epoch_checkpoint(epoch))
 
 
+def peaks(config):
+    """Reports ``val_accuracy`` from ``config["run"]["curve"]`` (one value per epoch), with a checkpoint
+    of the epoch each time, and ``start`` (the epoch it started from). With ``run.fail_at_epoch`` the
+    process dies once there (a marker under ``fail_dir``), so ``max_failures`` restarts it from a
+    checkpoint: which one shows in ``start``."""
+    run = config["run"]
+    start = _start_epoch()
+    marker = os.path.join(config["fail_dir"], f"crashed-{run['label']}")
+    for epoch in range(start, len(run["curve"])):
+        if epoch == run.get("fail_at_epoch") and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the worker process dies
+        trial.report({"val_accuracy": run["curve"][epoch], "epoch": epoch, "start": start},
+                     checkpoint_dir=_epoch_checkpoint(epoch))
+
+
 # --------------------------------------------------------------------------- class trainables
 
 from ray import tune as _tune  # noqa: E402 - the class trainables below subclass ray.tune.Trainable

@@ -26,7 +26,7 @@ With several objectives, Optuna's searcher is built with all of them instead, an
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers import (
     ASHAScheduler,
@@ -51,11 +51,15 @@ from tuner.space import mutation_domain
 from tuner.spec import Spec
 from tuner.spec.sections import POPULATION_SCHEDULERS
 
+if TYPE_CHECKING:
+    from tuner.warm_start import EarlierTrial, WarmStart
+
 __all__ = ["build_searcher", "build_scheduler", "describe_search", "quiet_searchers", "quiet_schedulers",
-           "population_mutations", "population_bounds", "DefineByRun", "config_space"]
+           "population_mutations", "population_bounds", "DefineByRun", "config_space", "optuna_distributions"]
 
 
-def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | BasicVariantGenerator:
+def build_searcher(spec: Spec, max_concurrent: int | None = None,
+                   warm: WarmStart | None = None) -> Searcher | BasicVariantGenerator:
     """Build the Ray searcher for ``spec.search``.
 
     Args:
@@ -65,6 +69,10 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
             ``max_concurrent_trials`` to a Searcher (with a ``ConcurrencyLimiter``) but
             ignores it for a ``BasicVariantGenerator`` instance, so grid and random
             searches get it here.
+        warm: The earlier trials of ``search.warm_start`` (:func:`tuner.warm_start.load_warm_start`),
+            or None: random search runs the best ``warm_start_top_k`` of them first (after
+            ``points_to_evaluate``); Optuna adds them all to its study as completed trials; BOHB tells
+            them all to its model.
 
     Returns:
         A ``BasicVariantGenerator`` (grid, random), ``OptunaSearch`` or ``TuneBOHB``.
@@ -73,10 +81,14 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
     points = getattr(search, "points_to_evaluate", None)
     conditional = spec.conditional
     if search.algorithm in ("grid", "random"):
+        if warm is not None and search.algorithm == "random":
+            from tuner.warm_start import nested_configs
+
+            points = [*(points or []), *nested_configs(warm.best(warm.top_k(spec), spec.mode), spec)] or None
         if conditional:
             from tuner.space import presets
 
-            return _ConditionalVariants(spec, points_to_evaluate=presets(spec), random_state=spec.seed,
+            return _ConditionalVariants(spec, points_to_evaluate=presets(spec, points=points), random_state=spec.seed,
                                         max_concurrent=max_concurrent or 0)
         return BasicVariantGenerator(points_to_evaluate=points, random_state=spec.seed,
                                      max_concurrent=max_concurrent or 0)
@@ -94,14 +106,14 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None) -> Searcher | 
             cls = NSGAIISampler if search.sampler == "nsga2" else NSGAIIISampler
             size: dict[str, Any] = {} if search.population_size is None else {"population_size": search.population_size}
             sampler = cls(seed=spec.seed, **size)
-        return _OptunaSearch(sampler, points, spec, space=DefineByRun(spec) if conditional else None)
-    from ray.tune.search.bohb import TuneBOHB
-
+        return _OptunaSearch(sampler, points, spec, space=DefineByRun(spec) if conditional else None,
+                             warm=warm.trials if warm is not None else None)
     quiet_searchers("bohb")
-    config = search.model_dump(exclude={"algorithm", "points_to_evaluate"}, exclude_none=True)
+    config = search.model_dump(exclude={"algorithm", "points_to_evaluate", "warm_start"}, exclude_none=True)
+    earlier = warm.trials if warm is not None else None
     if conditional:
-        return _ConditionalBOHB(spec, bohb_config=config, seed=spec.seed, points_to_evaluate=points)
-    return TuneBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points)
+        return _ConditionalBOHB(spec, bohb_config=config, seed=spec.seed, points_to_evaluate=points, warm=earlier)
+    return _WarmBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points, warm=earlier)
 
 
 class _ConditionalVariants(BasicVariantGenerator):
@@ -145,12 +157,8 @@ class DefineByRun:
     """
 
     def __init__(self, spec: Spec):
-        from tuner.params import nest
-        from tuner.space import ray_domain
-
         self.space = spec.space
-        sampled = {p.name: ray_domain(p.dist) for p in self.space.params if p.dist is not None}
-        self.distributions = OptunaSearch.convert_search_space(nest(sampled))
+        self.distributions = optuna_distributions(spec)
 
     def __call__(self, trial: Any) -> dict[str, Any]:
         from optuna.distributions import CategoricalDistribution, IntDistribution
@@ -171,6 +179,16 @@ class DefineByRun:
             else:
                 config[p.name] = trial.suggest_float(p.name, d.low, d.high, step=d.step, log=d.log)
         return constants
+
+
+def optuna_distributions(spec: Spec) -> dict[str, Any]:
+    """Each sampled parameter's Optuna distribution, by parameter name (``opt/lr``, ``optimizer/lr@adam``):
+    what Ray's ``OptunaSearch.convert_search_space`` makes of its Ray sampling object, as for the study."""
+    from tuner.params import nest
+    from tuner.space import ray_domain
+
+    sampled = {p.name: ray_domain(p.dist) for p in spec.space.params if p.dist is not None}
+    return OptunaSearch.convert_search_space(nest(sampled))
 
 
 def config_space(spec: Spec) -> Any:
@@ -206,13 +224,64 @@ def config_space(spec: Spec) -> Any:
     return cs
 
 
-class _ConditionalBOHB(TuneBOHBBase):
+class _EarlierRun:
+    """An earlier trial as hpbandster's ``BOHB.new_result`` reads a finished job (the shape of Ray's own
+    wrapper in ``TuneBOHB.on_trial_result``): its loss, budget and config."""
+
+    def __init__(self, loss: float, budget: float, config: dict[str, Any]):
+        self.result = {"loss": loss}
+        self.kwargs = {"budget": budget, "config": dict(config)}
+        self.exception = None
+
+
+class _WarmBOHB(TuneBOHBBase):
+    """Ray's ``TuneBOHB`` that tells its model the earlier trials of ``search.warm_start`` first.
+
+    Each earlier trial becomes a finished run of hpbandster's ``BOHB`` config generator at the
+    budget it reached (its ``time_attr``, the unit of Ray's ``HyperBandForBOHB`` budgets), with the
+    loss BOHB minimises (the metric, negated under ``mode: max``): ``BOHB.new_result``, which
+    ``TuneBOHB.on_trial_result`` calls for a live trial (Falkner et al., ICML 2018: one kernel
+    density model per budget, sampled from the largest budget with enough points). The runs go in
+    by budget, smallest first (hpbandster skips a result below a budget it has a model of), the
+    model fitted once per budget.
+
+    Args:
+        warm: The earlier trials (:class:`tuner.warm_start.EarlierTrial`), or None.
+        **kwargs: ``TuneBOHB``'s.
+    """
+
+    def __init__(self, *args: Any, warm: list[EarlierTrial] | None = None, **kwargs: Any):
+        self.tuner_warm = list(warm or [])
+        self.tuner_warm_told = False
+        super().__init__(*args, **kwargs)
+        self.tell_earlier_trials()
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        done = super().set_search_properties(metric, mode, config, **spec)
+        if done:
+            self.tell_earlier_trials()
+        return done
+
+    def tell_earlier_trials(self) -> None:
+        """Tell BOHB's model the earlier trials, once, as soon as it exists."""
+        model = ray_internals.bohb_config_generator(self)
+        if not self.tuner_warm or self.tuner_warm_told or model is None:
+            return
+        sign = -1.0 if self.mode == "max" else 1.0
+        runs = sorted(self.tuner_warm, key=lambda t: t.budget)
+        for i, t in enumerate(runs):
+            last_of_budget = i + 1 == len(runs) or runs[i + 1].budget != t.budget
+            model.new_result(_EarlierRun(sign * t.values[0], t.budget, t.config), update_model=last_of_budget)
+        self.tuner_warm_told = True
+
+
+class _ConditionalBOHB(_WarmBOHB):
     """Ray's ``TuneBOHB`` over a conditional space (:func:`config_space`), whose suggestions carry the
     constants of the branches they take, as plain Python values.
 
     Args:
         spec: The validated spec, with a conditional space.
-        **kwargs: ``TuneBOHB``'s (``bohb_config``, ``seed``, ``points_to_evaluate``).
+        **kwargs: ``TuneBOHB``'s (``bohb_config``, ``seed``, ``points_to_evaluate``), and ``warm``.
     """
 
     def __init__(self, spec: Spec, **kwargs: Any):
@@ -255,21 +324,48 @@ class _OptunaSearch(OptunaSearch):
         space: A conditional space's define-by-run function, or None (Tune converts ``param_space``).
     """
 
-    def __init__(self, sampler: Any, points: list | None, spec: Spec, space: DefineByRun | None = None):
+    def __init__(self, sampler: Any, points: list | None, spec: Spec, space: DefineByRun | None = None,
+                 warm: list[EarlierTrial] | None = None):
         objectives = spec.objectives or []
         several = len(objectives) > 1
+        self.tuner_constraints = list(spec.constraints or [])
+        self.tuner_warm = list(warm or [])
+        self.tuner_warm_told = False
+        self.tuner_distributions = optuna_distributions(spec) if warm else {}
+        self.tuner_several = several
         # A space given here (a conditional one) keeps Tune from setting the metric later: give it now.
         own = several or space is not None
         super().__init__(space=space, sampler=sampler, points_to_evaluate=points,
                          metric=([o.metric for o in objectives] if several else objectives[0].metric) if own else None,
                          mode=([o.mode for o in objectives] if several else objectives[0].mode) if own else None)
-        self.tuner_constraints = list(spec.constraints or [])
         self.tuner_define_by_run = space
+        self.tell_earlier_trials()
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         if isinstance(self.metric, list):  # several objectives: keep them
             metric, mode = None, None
-        return super().set_search_properties(metric, mode, config, **spec)
+        done = super().set_search_properties(metric, mode, config, **spec)
+        if done:
+            self.tell_earlier_trials()
+        return done
+
+    def tell_earlier_trials(self) -> None:
+        """Add the earlier trials of ``search.warm_start`` to the study as completed trials, once, as soon as
+        the study exists: Optuna's ``Study.add_trial(optuna.trial.create_trial(...))`` with each trial's
+        parameters (those it has), every objective's value, and the constraints' violations (all ``<= 0``:
+        only feasible earlier trials are fed)."""
+        study = ray_internals.optuna_study(self)
+        if not self.tuner_warm or self.tuner_warm_told or study is None:
+            return
+        import optuna
+
+        for t in self.tuner_warm:
+            values = {"values": list(t.values)} if self.tuner_several else {"value": t.values[0]}
+            constraints = {c.metric: 0.0 for c in self.tuner_constraints} or None
+            study.add_trial(optuna.trial.create_trial(
+                params=dict(t.config), distributions={name: self.tuner_distributions[name] for name in t.config},
+                constraints=constraints, user_attrs={"tuner_warm_start": f"{t.source}:{t.trial_id}"}, **values))
+        self.tuner_warm_told = True
 
     def suggest(self, trial_id: str) -> dict | None:
         config = super().suggest(trial_id)

@@ -1,9 +1,19 @@
 """The best-trial rule, written once: ``summary.json``, ``results.csv``, ``tuner report`` and the console use it.
 
-The best trial is the best by the last reported value of the metric among the trials
-that did not error and are feasible (they meet the spec's constraints: :mod:`tuner.pareto`);
+The best trial is the best by its *score* among the trials that did not error and are
+feasible (they meet the spec's constraints: :mod:`tuner.pareto`);
 NaN, inf and values that are not numbers are skipped. Between two equal values the trial
 with the smaller id wins (ids count up as trials are created).
+
+A trial's score is :func:`scope_value` of its reported values of the metric under the spec's
+``best.scope``, as Ray's ``ResultGrid.get_best_result(scope=...)`` defines the scopes
+(``ray/tune/analysis/experiment_analysis.py``, from ``Trial.metric_analysis``): ``last``, its
+last value (the default); ``all``, the best value it reported (min or max by the mode);
+``last-5-avg``/``last-10-avg``, the mean of its last 5 or 10 values. The functions below take
+that score as the trial's "value".
+
+A trial's best checkpoint (:func:`best_checkpoint`) is the one whose reported ``checkpoint.score``
+is best; between equal scores the newest wins, as in Ray's checkpoint manager.
 
 Trials are ranked the same way, best first: the trials with a result (not errored,
 feasible, a finite value) by their value, then every other trial (errored, infeasible,
@@ -19,11 +29,12 @@ from __future__ import annotations
 import math
 import numbers
 from typing import Any, TypeVar
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tuner.params import NAME_SEP
 
-__all__ = ["ERROR", "metric_value", "is_finite_number", "nan_to_none", "has_result", "is_candidate", "best_reported",
+__all__ = ["ERROR", "SCOPES", "scope_value", "analysis_value", "best_checkpoint", "metric_value",
+           "is_finite_number", "nan_to_none", "has_result", "is_candidate", "best_reported",
            "rank_key", "ranked", "best"]
 
 ERROR = "ERROR"  # Ray Tune's status of a trial that errored
@@ -60,6 +71,79 @@ def nan_to_none(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+#: ``best.scope``'s values (Ray's scopes but ``avg``); the same tuple as :data:`tuner.spec.sections.BEST_SCOPES`.
+SCOPES = ("last", "all", "last-5-avg", "last-10-avg")
+
+
+def scope_value(values: Sequence[Any], scope: str, mode: str | None) -> Any:
+    """A trial's score under a scope, from its reported values of the metric.
+
+    Args:
+        values: The values the trial reported, oldest first (one per result that holds the metric).
+        scope: One of :data:`SCOPES`.
+        mode: ``min`` or ``max``.
+
+    Returns:
+        ``last``: the last value as reported (None when there is none); ``all``: the best finite
+        value (:func:`best_reported`); ``last-N-avg``: the mean of the last N values, NaN when one
+        of them is not a finite number (as Ray's mean would be) or there is none.
+
+    Raises:
+        ValueError: An unknown scope.
+    """
+    if scope == "last":
+        return values[-1] if len(values) else None
+    if scope == "all":
+        return best_reported(values, mode)
+    if scope in ("last-5-avg", "last-10-avg"):
+        tail = list(values)[-int(scope.split("-")[1]):]
+        if not tail or not all(is_finite_number(v) for v in tail):
+            return math.nan
+        return sum(float(v) for v in tail) / len(tail)
+    raise ValueError(f"unknown scope {scope!r}; one of: {', '.join(SCOPES)}")
+
+
+def analysis_value(analysis: Mapping[str, Any] | None, scope: str, mode: str | None) -> Any:
+    """A trial's score under a scope from Ray's running summary of a metric (``Trial.metric_analysis[metric]``:
+    ``last``, ``min``, ``max``, ``avg``, ``last-5-avg``, ``last-10-avg``), for a live trial whose history
+    is not at hand; it agrees with :func:`scope_value` on finite values.
+
+    Args:
+        analysis: The metric's entry of ``Trial.metric_analysis``, or None (never reported).
+        scope: One of :data:`SCOPES`.
+        mode: ``min`` or ``max``.
+    """
+    if not analysis:
+        return None
+    return analysis.get(mode if scope == "all" else scope)
+
+
+def best_checkpoint(checkpoints: Sequence[tuple[T, Mapping[str, Any] | None]], score: str | None,
+                    mode: str | None) -> tuple[T, Mapping[str, Any] | None] | None:
+    """A trial's best checkpoint by its score, as Ray's checkpoint manager ranks them
+    (``CheckpointConfig.checkpoint_score_attribute``/``checkpoint_score_order``).
+
+    Args:
+        checkpoints: ``(checkpoint, metrics reported with it)`` pairs, oldest first (Ray's
+            ``Result.best_checkpoints``, or the rows of a DDP trial's history that name one).
+        score: The metric that ranks them; None: the newest is the best.
+        mode: ``min`` or ``max``.
+
+    Returns:
+        The pair whose ``score`` value is best, the newest between equals; the newest pair when
+        none has a finite value; None when there is no checkpoint.
+    """
+    if not checkpoints:
+        return None
+    scored = [(i, float(v)) for i, (_, m) in enumerate(checkpoints)
+              for v in [metric_value(m, score) if score else None] if is_finite_number(v)]
+    if not scored:
+        return checkpoints[-1]
+    sign = 1.0 if mode == "min" else -1.0
+    index = min(scored, key=lambda iv: (sign * iv[1], -iv[0]))[0]
+    return checkpoints[index]
 
 
 def has_result(value: Any, status: str | None) -> bool:

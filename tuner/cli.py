@@ -1,4 +1,4 @@
-"""The command line: ``tuner run|validate|submit SPEC``, ``resume``, ``jobs`` (also ``python -m tuner``).
+"""The command line: ``tuner run|validate|submit SPEC``, ``resume``, ``jobs``, ``schema`` (also ``python -m tuner``).
 
 Exit codes: 0 every trial ended well; 1 some trials errored (named in the summary);
 2 bad input (nothing started, nothing written); 75 the disk holding the experiment is
@@ -88,14 +88,33 @@ _ADDRESS_HELP = ("Use this running Ray cluster (auto, host:6379, ray://host:1000
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=True))
 @_with_run_options
 @click.option("--address", type=str, default=None, help=_ADDRESS_HELP + " Checks the plan against its resources.")
-def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address) -> None:
-    """Check SPEC and print the plan; starts nothing, writes nothing."""
+@click.option("--measure", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run the first trial for N iterations here (in a temporary folder, removed after) and forecast "
+                   "the wall time and GPU-hours from its seconds per iteration (the first iteration, with the "
+                   "trial's start-up, left out when N > 1).")
+@click.option("--from", "from_experiment", type=click.Path(), default=None, metavar="EXPERIMENT",
+              help="Forecast the wall time and GPU-hours from the mean seconds per iteration of an earlier "
+                   "experiment's trials.")
+def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, measure,
+             from_experiment) -> None:
+    """Check SPEC and print the plan and its budget forecast; starts nothing (but the trial of --measure),
+    writes nothing."""
     from tuner.engine import check_cluster, plan
 
+    if measure is not None and from_experiment is not None:
+        raise InputError("--measure and --from exclude each other; choose one.")
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     if prepared.address is not None:
         check_cluster(prepared)
+    from tuner import measure as timing
+
+    # A bad --from fails before the plan is printed.
+    measured = timing.from_experiment(_local_copy(from_experiment)) if from_experiment is not None else None
     click.echo(plan(prepared))
+    if measure is not None:
+        measured = timing.measure(prepared, measure)
+    for line in timing.time_lines(prepared, measured):
+        click.echo(line)
 
 
 @cli.command()
@@ -319,6 +338,26 @@ def report(experiment, fmt, output, top) -> None:
         click.echo(text, nl=False)
 
 
+@cli.command("export")
+@click.argument("experiment", metavar="EXPERIMENT_DIR", type=str)
+@click.option("--to", "to", required=True, type=click.Path(), metavar="DIR",
+              help="The export folder: new, or empty.")
+@click.option("--trial", "trial_id", type=str, default=None, metavar="ID",
+              help="Export this trial's best checkpoint (default: the best trial's).")
+def export_command(experiment, to, trial_id) -> None:
+    """Copy the best trial's best checkpoint into a self-contained folder.
+
+    The folder holds the checkpoint's files, the trial's config, the metric at the checkpoint
+    and its iteration, the spec and a README. EXPERIMENT_DIR may be a cloud URI.
+    """
+    from tuner.export import export
+    from tuner.layout import EXPORT_FILES
+
+    done = export(experiment, to, trial_id)
+    value = f": {done.metric}={done.value} at iteration {done.training_iteration}" if done.metric else ""
+    click.echo(f"Exported trial {done.trial_id}'s checkpoint{value} to {done.path} ({', '.join(EXPORT_FILES)})")
+
+
 def _local_copy(experiment: str) -> str:
     """A cloud experiment URI: download it (but checkpoints) into its local mirror and give that."""
     from tuner.storage import download, is_remote, mirror_dir
@@ -343,6 +382,27 @@ def list_command(storage) -> None:
     if is_remote(storage):
         storage = experiments_mirror(storage)
     click.echo(render_list(list_experiments(storage)), nl=False)
+
+
+@cli.command("schema")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the schema to this file instead of printing it, e.g. schema/tuner-spec.schema.json.")
+def schema_command(output) -> None:
+    """Print the JSON Schema (draft-07) of the spec, for completion and checks in an editor.
+
+    Generated from the spec's pydantic models (tuner.spec.schema). A spec whose first line is
+    `# yaml-language-server: $schema=PATH` gets them in VS Code's YAML extension (and any
+    editor with yaml-language-server).
+    """
+    from tuner.files import atomic_write
+    from tuner.spec import schema_text
+
+    text = schema_text()
+    if output:
+        atomic_write(output, text)
+        click.echo(f"Schema: {output}")
+    else:
+        click.echo(text, nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
@@ -20,6 +20,9 @@ from tuner.layout import (BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, REPLAY_POLICY, RU
                           trial_folder_name)
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
+
+if TYPE_CHECKING:
+    from tuner.warm_start import WarmStart
 
 __all__ = ["tune_model", "plan", "prepare"]
 
@@ -44,6 +47,8 @@ class Prepared:
         renamed_from: The spec's name when its folder held an experiment already and this
             run got a fresh one (``name-2``); None otherwise.
         replay: For ``tuner run --replay``: the PBT schedule the run replays; None otherwise.
+        warm_start: The earlier trials ``search.warm_start`` feeds to the searcher
+            (:func:`tuner.warm_start.load_warm_start`); None without it, and for a resume.
     """
 
     def __init__(self, spec: Spec, trainable: Callable, experiment_path: Path, cluster, python_path: list[str],
@@ -59,6 +64,7 @@ class Prepared:
         self.resumed_num_samples: int | None = None
         self.renamed_from: str | None = None
         self.replay: Replay | None = None
+        self.warm_start: WarmStart | None = None
         self.location = spec_location(spec) if spec.remote_storage else str(experiment_path)
 
     @property
@@ -136,6 +142,10 @@ def prepare(
     from tuner.spec import check_extras
 
     check_extras(spec)  # reporting.wandb / reporting.mlflow need their packages, before Ray starts
+    from tuner.warm_start import load_warm_start
+
+    # The earlier experiments of search.warm_start, checked against this spec (a resume's searcher has them).
+    warm = None if _resume else load_warm_start(spec)
 
     import ray
 
@@ -161,6 +171,7 @@ def prepare(
     prepared = Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
     prepared.renamed_from = renamed_from
     prepared.replay = planned
+    prepared.warm_start = warm
     return prepared
 
 
@@ -396,11 +407,12 @@ def _where(prepared: Prepared) -> str:
 
 
 def plan(prepared: Prepared) -> str:
-    """The run plan that ``tuner validate`` prints: trials, searcher, scheduler, resources.
+    """The run plan that ``tuner validate`` prints: trials, searcher, scheduler, resources, budget forecast.
 
     Returns:
         Several lines of text, one fact a line.
     """
+    from tuner import forecast
     from tuner.algorithms import describe_search
     from tuner.resources import describe_resources
     from tuner.params import sampled_params
@@ -422,6 +434,7 @@ def plan(prepared: Prepared) -> str:
         f"parameters: {', '.join(sampled_params(spec)) or '(none sampled)'}",
         *_describe_space(spec),
         *_describe_objectives(spec),
+        *_describe_checkpoints(spec),
     ]
     budget = []
     if spec.stop:
@@ -431,10 +444,13 @@ def plan(prepared: Prepared) -> str:
     if budget:
         lines.append(f"budget:     {'; '.join(budget)}")
     lines += describe_search(spec)
+    if prepared.warm_start is not None:
+        lines += prepared.warm_start.describe(spec)
     if prepared.cluster is not None:
         lines += describe_resources(spec, prepared.cluster)
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
+    lines += forecast.describe(forecast.forecast(spec, trials))
     return "\n".join(lines)
 
 
@@ -446,13 +462,29 @@ def _describe_space(spec: Spec) -> list[str]:
     return [f"space:      {tree[0]}", *(f"            {line}" for line in tree[1:])]
 
 
+#: How the plan says what ``best.scope`` scores a trial by.
+SCOPE_WORDS = {"last": "its last value", "all": "the best value it reported",
+               "last-5-avg": "the mean of its last 5 values", "last-10-avg": "the mean of its last 10 values"}
+
+
+def _describe_checkpoints(spec: Spec) -> list[str]:
+    """The plan line of the checkpoints a trial keeps (:func:`tuner.trainable.kept_checkpoints`)."""
+    keep, score = spec.checkpoint.num_to_keep, spec.checkpoint_score
+    if keep is None:
+        return ["checkpoint: every one kept" + (f"; the best by {score[0]} ({score[1]}) is exported" if score else "")]
+    if score is None:
+        return [f"checkpoint: the newest {keep} per trial"]
+    return [f"checkpoint: the best {keep} by {score[0]} ({score[1]}) per trial, and the newest"]
+
+
 def _describe_objectives(spec: Spec) -> list[str]:
     """Plan lines for the metric, or the objectives and which of them the scheduler compares, and the constraints."""
     lines = []
     if not spec.metric:
         lines.append("metric:     (none: no best trial)")
     elif not spec.multi_objective:
-        lines.append(f"metric:     {spec.metric} ({spec.mode})")
+        lines.append(f"metric:     {spec.metric} ({spec.mode}); best trial by scope {spec.best.scope} "
+                     f"({SCOPE_WORDS[spec.best.scope]})")
     else:
         objectives = spec.objectives or []
         lines.append(f"objectives: {', '.join(f'{o.metric} ({o.mode})' for o in objectives)}: the result is the "
@@ -707,7 +739,9 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
             note = one_live_trial_note(spec, max_concurrent or 0)
             if note:
                 echo(f"tuner: note: {note}")
-        searcher = build_searcher(spec, max_concurrent)
+            for line in prepared.warm_start.describe(spec) if prepared.warm_start is not None else []:
+                echo(line)  # what the searcher learns from before its first suggestion, as the plan says
+        searcher = build_searcher(spec, max_concurrent, prepared.warm_start)
         scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
         ranked = spec.scheduler_objective
         basic = spec.search.algorithm in ("grid", "random")
@@ -942,11 +976,22 @@ def save_run_record(prepared: Prepared) -> None:
     }
     if prepared.replay is not None:
         record["replay"] = prepared.replay.record()
+    record["forecast"] = _forecast_record(prepared)  # tuner report compares it with what was used
     if prepared.resumed_num_samples is not None and (path / RUN_RECORD).is_file():
         old = json.loads((path / RUN_RECORD).read_text())
         record = {**old, "python_path": prepared.python_path, "time_budget_s": spec.time_budget_s,
                   "resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write(path / RUN_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def _forecast_record(prepared: Prepared) -> dict[str, Any]:
+    """The budget forecast at run start (:func:`tuner.forecast.forecast`), with the trials that run at once
+    (None when the cluster's resources are not known yet)."""
+    from tuner.forecast import forecast, trials_at_once
+
+    fc = forecast(prepared.spec)
+    at_once = None if prepared.cluster is None else trials_at_once(prepared.spec, prepared.cluster, fc.trials)
+    return {**fc.as_dict(), "trials_at_once": at_once}
 
 
 def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -19,6 +19,8 @@ An experiment folder holds:
 * one folder per trial, :func:`trial_folder_name`, with Ray's :data:`PARAMS_FILE`,
   :data:`RESULT_FILE` and :data:`ERROR_FILE`.
 
+``tuner export`` writes a folder of its own (:data:`EXPORT_FILES`).
+
 No Ray here (``tuner report`` reads experiment folders without Ray).
 """
 
@@ -32,7 +34,8 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
            "ERROR_FILE", "CHECKPOINT_PREFIX", "PROGRESS_FILE", "BEST_SCHEDULE", "REPLAY_POLICY", "PBT_GLOBAL",
            "PARETO_CONFIGS",
-           "PBT_POLICY", "PBT_POLICY_GLOB",
+           "PBT_POLICY", "PBT_POLICY_GLOB", "EXPORT_MODEL_DIR", "EXPORT_CONFIG", "EXPORT_METRICS", "EXPORT_README",
+           "EXPORT_SPEC", "EXPORT_FILES",
            "trial_folder_name", "trial_id_of_folder", "train_run_name", "train_run_generation"]
 
 # --------------------------------------------------------------------------- tuner's records
@@ -117,6 +120,21 @@ PBT_GLOBAL = "pbt_global.txt"
 PBT_POLICY = "pbt_policy_{}.txt"
 #: Every trial's policy file in a folder.
 PBT_POLICY_GLOB = PBT_POLICY.format("*")
+
+# --------------------------------------------------------------------------- an exported model
+
+#: ``tuner export``'s folder: the exported checkpoint's files, as the trial saved them.
+EXPORT_MODEL_DIR = "model"
+#: ``tuner export``'s folder: the trial's config (plain YAML).
+EXPORT_CONFIG = "config.yaml"
+#: ``tuner export``'s folder: the metric at the checkpoint and its iteration, the trial, the scope (JSON).
+EXPORT_METRICS = "metrics.json"
+#: ``tuner export``'s folder: what the folder holds and where it came from (Markdown).
+EXPORT_README = "README.md"
+#: ``tuner export``'s folder: the spec as run (the experiment's :data:`SPEC_SNAPSHOT`).
+EXPORT_SPEC = SPEC_SNAPSHOT
+#: Every file and folder ``tuner export`` writes, in the order its README lists them.
+EXPORT_FILES = (EXPORT_MODEL_DIR, EXPORT_CONFIG, EXPORT_METRICS, EXPORT_SPEC, EXPORT_README)
 
 # --------------------------------------------------------------------------- trial folders
 

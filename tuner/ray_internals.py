@@ -30,7 +30,7 @@ __all__ = [
     "saved_stopper", "tune_run_catches_signals", "lean_callback_usage_tag",
     # searcher state that tuner rewrites for a resume
     "reopen_basic_variant_state", "reopen_search_generator_state", "bohb_state", "save_searcher_state",
-    "optuna_trial_to_tell",
+    "optuna_trial_to_tell", "optuna_study", "bohb_config_generator",
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
@@ -470,6 +470,22 @@ def optuna_trial_to_tell(searcher: Any, trial_id: str) -> Any:
     if trial_id in searcher._completed_trials:
         return None
     return searcher._ot_trials.get(trial_id)
+
+
+def optuna_study(searcher: Any) -> Any:
+    """The ``optuna.Study`` of Ray's ``OptunaSearch``, or None before it has a space (Ray 2.60's
+    ``_ot_study``, made by ``_setup_study`` in ``__init__`` when a space is given, else in
+    ``set_search_properties``). For :mod:`tuner.warm_start`: earlier trials are added to it with
+    Optuna's public ``Study.add_trial`` (Ray's ``add_evaluated_point`` takes neither a define-by-run
+    space nor several objectives)."""
+    return getattr(searcher, "_ot_study", None)
+
+
+def bohb_config_generator(searcher: Any) -> Any:
+    """hpbandster's ``BOHB`` config generator of Ray's ``TuneBOHB``, or None before it has a space
+    (Ray 2.60's ``bohber``, made by ``_setup_bohb``). For :mod:`tuner.warm_start`: earlier trials are
+    told to it with hpbandster's public ``new_result``, as ``TuneBOHB.on_trial_result`` does."""
+    return getattr(searcher, "bohber", None)
 
 
 class PBTCloneSourceHooks:

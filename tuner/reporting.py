@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-from tuner.best import best as best_of, metric_value
+from tuner.best import analysis_value, best as best_of, metric_value
 from tuner.files import disk_full
 from tuner.layout import HPARAMS_EVENTS_PREFIX, HPARAMS_EVENTS_SUFFIX, RUN_RECORD
 from tuner.params import RAY_RESULT_KEYS, distributions, flatten, sampled_params
@@ -115,11 +115,12 @@ class BestRule:
         mode: ``min`` or ``max``.
         objectives: The spec's objectives (two or more: the front is computed), or None.
         constraints: The spec's constraints, or None.
+        scope: ``best.scope``: which reported values score a trial (:func:`tuner.best.scope_value`).
     """
 
     def __init__(self, metric: str | None, mode: str | None, objectives: list | None = None,
-                 constraints: list | None = None):
-        self.metric, self.mode = metric, mode
+                 constraints: list | None = None, scope: str = "last"):
+        self.metric, self.mode, self.scope = metric, mode, scope
         self.objectives = list(objectives or [])
         self.constraints = list(constraints or [])
         self._front: tuple[tuple, list] | None = None  # the last answer of front(), by the results it came from
@@ -127,7 +128,7 @@ class BestRule:
     @classmethod
     def of(cls, spec: Spec) -> BestRule:
         """The spec's rule."""
-        return cls(spec.metric, spec.mode, spec.objectives, spec.constraints)
+        return cls(spec.metric, spec.mode, spec.objectives, spec.constraints, spec.best.scope)
 
     def front(self, trials: list) -> list | None:
         """The Pareto front of Ray ``Trial`` objects (their last results); None for one objective.
@@ -147,7 +148,7 @@ class BestRule:
     def best(self, trials: list):
         """The best of Ray ``Trial`` objects so far, or None."""
         front = self.front(trials)
-        return best_trial(trials, self.metric, self.mode, self.constraints, front)
+        return best_trial(trials, self.metric, self.mode, self.constraints, front, self.scope)
 
 
 class TableReporter(CLIReporterHooks, CLIReporter):
@@ -628,7 +629,7 @@ def last_value(metric: str, value: Any) -> str:
 
 
 def best_trial(trials: list, metric: str | None, mode: str | None, constraints: list | None = None,
-               front: list | None = None):
+               front: list | None = None, scope: str = "last"):
     """The best of Ray ``Trial`` objects so far, by :mod:`tuner.best`'s rule (their last results).
 
     Args:
@@ -637,6 +638,8 @@ def best_trial(trials: list, metric: str | None, mode: str | None, constraints: 
         mode: ``min`` or ``max``.
         constraints: The spec's constraints: only a feasible trial can be the best.
         front: Several objectives: the Pareto front's trials, the only ones that can be the best.
+        scope: ``best.scope``; other than ``last``, a trial's score is Ray's running summary of its
+            values (``Trial.metric_analysis``, :func:`tuner.best.analysis_value`).
 
     Returns:
         The trial, or None (no metric, or no feasible trial with a finite last value that did not error).
@@ -644,7 +647,12 @@ def best_trial(trials: list, metric: str | None, mode: str | None, constraints: 
     if not metric:
         return None
     on_front = None if front is None else {t.trial_id for t in front}
-    return best_of(trials, mode, value=lambda t: metric_value(t.last_result, metric),
+    def score(t: Any) -> Any:
+        if scope == "last":
+            return metric_value(t.last_result, metric)
+        return analysis_value((t.metric_analysis or {}).get(metric), scope, mode)
+
+    return best_of(trials, mode, value=score,
                    status=lambda t: t.status, trial_id=lambda t: t.trial_id,
                    feasible=(lambda t: feasible(t.last_result, constraints)) if constraints else None,
                    on_front=None if on_front is None else lambda t: t.trial_id in on_front)

@@ -3,13 +3,18 @@
 Files written into the experiment folder ``<storage>/<name>/``:
 
 * ``summary.json``: ``metric``, ``mode``, ``best`` (``trial_id``, ``config``,
-  ``metrics``), ``trials`` (``total``, ``by_status`` keyed by Ray's trial statuses),
+  ``metrics``, ``score`` under ``best.scope``, ``checkpoint``: its best checkpoint,
+  ``checkpoint_metrics``: ``metric``, ``value``, ``training_iteration`` reported with it),
+  ``scope``, ``checkpoint_score`` (``metric``, ``mode``), ``checkpoints`` (trial id -> its
+  best checkpoint: ``checkpoint``, ``dir``, ``metrics``, ``config``; what ``tuner export``
+  reads), ``trials`` (``total``, ``by_status`` keyed by Ray's trial statuses),
   ``errors`` (one entry per errored trial) and ``wall_time_s``.
 * ``best_config.yaml``: the best trial's config, plain YAML.
 * ``results.csv``: one row per trial, best first (:mod:`tuner.best`: errored trials and
   trials without a finite value last): ``trial_id``, ``status``, ``trial_seed`` (each
   trial's ``tuner.trial.seed()``, when the spec has a ``seed``: :mod:`tuner.seeds`),
-  ``config/<param>`` (nested names joined by ``/``), then the last reported metrics.
+  ``config/<param>`` (nested names joined by ``/``), then the last reported metrics; under
+  a ``best.scope`` other than ``last``, the score (:func:`score_column`).
 * Constraints: ``summary.json`` holds ``constraints``, ``results.csv`` a ``feasible`` column.
 * Several objectives (:mod:`tuner.pareto`): ``summary.json`` holds ``objectives``, ``pareto_front``
   (``trial_id``, ``config``, ``objectives``, ``checkpoint`` per trial of the front, in trial
@@ -34,7 +39,8 @@ import pandas as pd
 import yaml
 from ray.tune import ResultGrid
 
-from tuner.best import ERROR, best as best_of, metric_value, nan_to_none, ranked
+from tuner.best import (ERROR, best as best_of, best_checkpoint as best_checkpoint_of, is_finite_number, metric_value,
+                         nan_to_none, ranked, scope_value)
 from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
 from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PARETO_CONFIGS, PBT_GLOBAL, RESULTS_CSV, SUMMARY,
                           TIMEOUT_MARKER, trial_id_of_folder)
@@ -59,7 +65,10 @@ class TuneResult:
             (one end of the front; :attr:`pareto_front` holds every trade-off).
         best_metrics: Last reported metrics of the best trial (user metrics and
             ``training_iteration``).
-        best_checkpoint: Folder (or cloud URI) of the best trial's latest checkpoint, or None.
+        best_checkpoint: Folder (or cloud URI) of the best trial's best checkpoint by
+            ``checkpoint.score`` (:attr:`tuner.spec.Spec.checkpoint_score`; its newest without a
+            metric), or None. ``summary.json``'s ``best.checkpoint``; ``best.checkpoint_metrics``
+            holds the score and iteration it was reported with.
         best_trial_id: Ray's id of the best trial, or None.
         experiment_path: The experiment folder, ``<storage>/<name>`` (for a cloud
             ``storage``, its local mirror).
@@ -241,8 +250,9 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         trial_seed: The seed every trial had (a ``--replay``'s), else None: each trial's own.
 
     Returns:
-        The TuneResult. The best trial is the best by the last reported value of
-        ``spec.metric`` among the trials that did not error, skipping NaN and inf.
+        The TuneResult. The best trial is the best by its score (its reported values of
+        ``spec.metric`` under ``best.scope``, :mod:`tuner.best`) among the trials that did not
+        error, skipping NaN and inf.
     """
     from tuner.storage import display, join
 
@@ -280,8 +290,12 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if spec.multi_objective:
         for row in rows:
             row["pareto"] = row["trial_id"] in front
+    scored = spec.metric if spec.best.scope == "last" else score_column(spec)
+    if spec.metric and spec.best.scope != "last":  # the score the trials are ranked by (tuner.best)
+        for row, result in zip(rows, _results(grid)):
+            row[scored] = nan_to_none(_score(spec, result))
     if spec.metric:  # best first (the front first); errored, infeasible and trials without a finite value last
-        rows = ranked(rows, spec.mode, value=lambda r: r.get(spec.metric), status=lambda r: r["status"],
+        rows = ranked(rows, spec.mode, value=lambda r: r.get(scored), status=lambda r: r["status"],
                       trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)),
                       on_front=lambda r: bool(r.get("pareto", True)))
     frame = pd.DataFrame(rows)
@@ -295,6 +309,9 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         best_metrics = _user_metrics(best.metrics)
         best_id = next(i for r, i in zip(_results(grid), ids) if r is best)
         best_ckpt = _checkpoint(best, location)
+    kept = {i: _best_checkpoint(spec, r, path, location) for r, i in zip(_results(grid), ids)}
+    if best_id is not None and kept.get(best_id):
+        best_ckpt = kept[best_id]["checkpoint"]
 
     by_status: dict[str, int] = {}
     for s in statuses:
@@ -308,7 +325,13 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
             "config": best_config,
             "metrics": {k: nan_to_none(v) for k, v in (best_metrics or {}).items()},
             "checkpoint": best_ckpt,
+            "checkpoint_metrics": (kept.get(best_id) or {}).get("metrics"),
+            "score": nan_to_none(plain(_score(spec, best))) if best is not None and spec.metric else None,
         },
+        "scope": spec.best.scope,
+        "checkpoint_score": None if spec.checkpoint_score is None else dict(zip(("metric", "mode"),
+                                                                                spec.checkpoint_score)),
+        "checkpoints": {i: entry for i, entry in kept.items() if entry},
         "trials": {"total": len(statuses), "by_status": by_status},
         "errors": errors,
         "interrupted": interrupted,
@@ -350,7 +373,7 @@ def _best(spec: Spec, grid: ResultGrid, statuses: list[str], front: set[str] | N
           ids: list[str] | None = None):
     """The best trial's ``ray.tune.Result`` by :mod:`tuner.best`'s rule, or None.
 
-    Like Ray's ``ResultGrid.get_best_result(scope="last", filter_nan_and_inf=True)``,
+    Like Ray's ``ResultGrid.get_best_result(scope=spec.best.scope, filter_nan_and_inf=True)``,
     but a trial that ended in ERROR, or that fails a constraint, is never the best: its last
     value is not a result. ``front``: the Pareto front's trial ids (several objectives), the
     only candidates; ``ids``: the trials' ids in the grid's order.
@@ -359,12 +382,72 @@ def _best(spec: Spec, grid: ResultGrid, statuses: list[str], front: set[str] | N
         return None
     ids = ids or _trial_ids(grid)
     pick = best_of(zip(_results(grid), statuses, ids), spec.mode,
-                   value=lambda c: metric_value(c[0].metrics, spec.metric),
+                   value=lambda c: _score(spec, c[0]),
                    status=lambda c: ERROR if c[0].error is not None else c[1],
                    trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name,
                    feasible=lambda c: is_feasible(c[0].metrics, spec.constraints),
                    on_front=None if front is None else lambda c: c[2] in front)
     return None if pick is None else pick[0]
+
+
+def score_column(spec: Spec) -> str:
+    """``results.csv``'s column of the trials' scores under a ``best.scope`` other than ``last``:
+    ``<metric>@<scope>``, e.g. ``val_accuracy@last-5-avg``."""
+    return f"{spec.metric}@{spec.best.scope}"
+
+
+def _history(result: Any, metric: str) -> list[Any]:
+    """A trial's reported values of ``metric``, oldest first (Ray's ``Result.metrics_dataframe``)."""
+    frame = result.metrics_dataframe
+    if frame is not None and metric in frame.columns:
+        return [v for v in frame[metric].tolist() if v is not None]
+    last = metric_value(result.metrics, metric)
+    return [] if last is None else [last]
+
+
+def _score(spec: Spec, result: Any) -> Any:
+    """A trial's score (:func:`tuner.best.scope_value` under ``best.scope``): its last value for ``last``."""
+    if spec.best.scope == "last":
+        return metric_value(result.metrics, spec.metric)
+    return scope_value(_history(result, spec.metric), spec.best.scope, spec.mode)
+
+
+def _best_checkpoint(spec: Spec, result: Any, path: Path, location: str | None) -> dict[str, Any] | None:
+    """A trial's best checkpoint by ``checkpoint.score`` (:func:`tuner.best.best_checkpoint`), or None.
+
+    Among Ray's ``Result.best_checkpoints`` (the kept ones, with the metrics reported with each); a DDP
+    trial's are Ray Train's, named by the ``checkpoint_path`` metric of its history.
+
+    Returns:
+        ``checkpoint`` (folder, or URI in the cloud ``location``), ``dir`` (its path in the experiment
+        folder, ``/``-separated), ``metrics`` (``metric``, ``value``, ``training_iteration`` reported
+        with it) and ``config`` (the trial's config the checkpoint was trained with, as reported with it).
+    """
+    from tuner.storage import display, to_uri
+
+    pairs: list[tuple[str, Any]] = [(c.path, m) for c, m in result.best_checkpoints or []]
+    frame = result.metrics_dataframe
+    if not pairs and frame is not None and "checkpoint_path" in frame.columns:  # a DDP trial: Ray Train's
+        pairs = [(row["checkpoint_path"], row) for row in frame.to_dict("records")
+                 if isinstance(row.get("checkpoint_path"), str) and row["checkpoint_path"]]
+    if not pairs and result.checkpoint is not None:
+        pairs = [(result.checkpoint.path, result.metrics)]
+    score = spec.checkpoint_score
+    pick = best_checkpoint_of(pairs, *(score or (None, None)))
+    if pick is None:
+        return None
+    where, metrics = pick
+    trial_folder = Path(result.path).name
+    rel = where.replace("\\", "/").split(f"/{trial_folder}/", 1)
+    value = metric_value(metrics, score[0]) if score else None
+    return {"checkpoint": to_uri(display(where), location) if location else where,
+            "dir": f"{trial_folder}/{rel[1]}" if len(rel) == 2 else None,
+            "metrics": {"metric": score[0] if score else None,
+                        "value": plain(value) if is_finite_number(value) else None,
+                        "training_iteration": plain((metrics or {}).get("training_iteration"))},
+            # The config the checkpoint was trained with: a PBT/PB2 trial's changes at each exploit.
+            "config": plain(config if isinstance(config := (metrics or {}).get("config"), dict) and config
+                            else result.config or {})}
 
 
 def _front(spec: Spec, grid: ResultGrid, statuses: list[str], ids: list[str]) -> list[str]:
@@ -409,7 +492,8 @@ def _front_summary(spec: Spec, grid: ResultGrid, statuses: list[str], ids: list[
 
 
 def best_line(spec: Spec, result: TuneResult) -> str:
-    """The closing line: ``Best trial <id>: <metric>=<value> config={...}``; with several objectives,
+    """The closing line: ``Best trial <id>: <metric>=<last value> config={...}``, under a ``best.scope``
+    other than ``last`` with the score after the value (``(scope all: 0.95)``); with several objectives,
     the size of the Pareto front first."""
     if spec.multi_objective:
         front = result.pareto_front
@@ -425,8 +509,10 @@ def best_line(spec: Spec, result: TuneResult) -> str:
         if spec.constraints:
             return f"No best trial: no feasible trial reported a finite {spec.metric}."
         return f"No best trial: no trial reported a finite {spec.metric}."
-    return (f"Best trial {result.best_trial_id}: {spec.metric}={_shown((result.best_metrics or {}).get(spec.metric))} "
-            f"config={result.best_config}")
+    score = "" if spec.best.scope == "last" else \
+        f" (scope {spec.best.scope}: {_shown((result.summary.get('best') or {}).get('score'))})"
+    return (f"Best trial {result.best_trial_id}: {spec.metric}={_shown((result.best_metrics or {}).get(spec.metric))}"
+            f"{score} config={result.best_config}")
 
 
 def _shown(value: Any) -> Any:

@@ -178,7 +178,8 @@ def _conditional_grid(spec: Spec) -> list[dict[str, Any]]:
     return [space.keyed(c) for c in space.enumerate(lambda p: grid_values(p.dist), names=space.conditional_names)]
 
 
-def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[str, Any]]:
+def presets(spec: Spec, count: int | None = None, start: int = 0,
+            points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The configs of a conditional space's conditional parameters, for Ray's ``BasicVariantGenerator``.
 
     * grid: every valid combination (:meth:`tuner.spec.conditions.Space.enumerate`), the
@@ -194,6 +195,8 @@ def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[s
         count: Samples (random) or repeats of the grid to make; default ``spec.num_samples``.
         start: Samples or repeats made before (a resume that raises ``num_samples``): the draws
             continue from a different stream, and points to evaluate are not repeated.
+        points: The points to evaluate; default ``search.points_to_evaluate`` (a warm start adds
+            the earlier best configs to them: :func:`tuner.algorithms.build_searcher`).
 
     Returns:
         Nested partial configs (the conditional parameters of each trial), in trial order.
@@ -208,7 +211,9 @@ def presets(spec: Spec, count: int | None = None, start: int = 0) -> list[dict[s
     def draw(p: Param) -> Any:
         return plain(ray_domain(p.dist).sample(random_state=rng))
 
-    points = [] if start else list(getattr(spec.search, "points_to_evaluate", None) or [])
+    if points is None:
+        points = getattr(spec.search, "points_to_evaluate", None)
+    points = [] if start else list(points or [])
     out = []
     for point in points[:count]:
         flat = flatten(point)

@@ -31,7 +31,8 @@ from tuner.space import plain
 from tuner.spec import Spec, implements, is_class_trainable
 from tuner.spec.sections import POPULATION_SCHEDULERS
 
-__all__ = ["build_trainable", "class_trainable", "checkpoint_config", "reuse_actors", "driver_request",
+__all__ = ["build_trainable", "class_trainable", "checkpoint_config", "kept_checkpoints", "reuse_actors",
+           "driver_request",
            "OutOfMemoryBackoffError", "TrialTimeoutError"]
 
 logger = logging.getLogger("tuner")
@@ -360,7 +361,7 @@ def _drive_ddp(fn: Callable, spec: Spec, experiment_path: str, config: dict, see
                 storage_path=trial_dir,
                 callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train V2 UserCallback
                 failure_config=ray.train.FailureConfig(max_failures=spec.failure.max_failures),
-                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep),
+                checkpoint_config=ray.train.CheckpointConfig(**kept_checkpoints(spec)),
             ),
         )
         try:
@@ -588,11 +589,24 @@ def checkpoint_config(trainable: Any, spec: Spec):
 
     if is_class_trainable(trainable):
         if implements(trainable, "save_checkpoint"):
-            return tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep,
-                                         checkpoint_frequency=spec.checkpoint.frequency, checkpoint_at_end=True)
+            return tune.CheckpointConfig(**kept_checkpoints(spec), checkpoint_frequency=spec.checkpoint.frequency,
+                                         checkpoint_at_end=True)
         # Ray checkpoints class trainables at their end by default; without save_checkpoint it would raise.
-        return tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep, checkpoint_at_end=False)
-    return tune.CheckpointConfig(num_to_keep=spec.checkpoint.num_to_keep)
+        return tune.CheckpointConfig(**kept_checkpoints(spec), checkpoint_at_end=False)
+    return tune.CheckpointConfig(**kept_checkpoints(spec))
+
+
+def kept_checkpoints(spec: Spec) -> dict[str, Any]:
+    """Which checkpoints a trial keeps, as keyword arguments of Ray's ``CheckpointConfig`` (Tune's for a
+    trial, Ray Train's for a DDP trial's rank-0 checkpoints): the best ``checkpoint.num_to_keep`` by
+    :attr:`tuner.spec.Spec.checkpoint_score` (``num_to_keep``, ``checkpoint_score_attribute``,
+    ``checkpoint_score_order``). Ray keeps the newest checkpoint besides them, for resume and retries.
+    """
+    score = spec.checkpoint_score
+    kwargs: dict[str, Any] = {"num_to_keep": spec.checkpoint.num_to_keep}
+    if score is not None:
+        kwargs.update(checkpoint_score_attribute=score[0], checkpoint_score_order=score[1])
+    return kwargs
 
 
 def reuse_actors(trainable: Any, spec: Spec) -> bool:

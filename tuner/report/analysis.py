@@ -12,13 +12,14 @@ import pandas as pd
 
 from tuner import pareto
 from tuner.best import ERROR, is_finite_number
+from tuner.forecast import ITERATIONS, SECONDS
 from tuner.layout import RUN_RECORD
 from tuner.report.loading import Experiment, _numeric, _py, _read_json
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
 
-__all__ = ["scheduler_rungs", "budget", "importances", "importance_facts", "MIN_ACTIVE_TRIALS", "active_label",
-           "objective_points", "feasibility", "pareto_facts"]
+__all__ = ["scheduler_rungs", "budget", "forecast_facts", "importances", "importance_facts", "MIN_ACTIVE_TRIALS",
+           "active_label", "objective_points", "feasibility", "pareto_facts"]
 
 
 def scheduler_rungs(spec: Spec | None) -> list[float]:
@@ -50,7 +51,7 @@ def budget(exp: Experiment) -> dict[str, Any]:
         ``trial_iterations_without_early_stopping``, ``trial_time_s`` and
         ``trial_time_s_without_early_stopping`` (summed over trials), ``wall_time_s`` and
         ``wall_time_s_without_early_stopping`` (None when unknown), ``stopped_early``
-        (how many trials).
+        (how many trials); and ``forecast`` (:func:`forecast_facts`) when the run recorded one.
     """
     t = exp.trials
     full = int(t.loc[t["status"] == "TERMINATED", "iterations"].max()) if (t["status"] == "TERMINATED").any() else 0
@@ -72,9 +73,11 @@ def budget(exp: Experiment) -> dict[str, Any]:
         else:
             full_s += secs
     wall = (exp.summary or {}).get("wall_time_s")
-    resumed = bool((_read_json(exp.path / RUN_RECORD) or {}).get("resumed"))
+    record = _read_json(exp.path / RUN_RECORD) or {}
+    resumed = bool(record.get("resumed"))
     if wall is None or resumed:  # summary.json's wall time is the last session's only
         wall = _results_span(exp)
+    used = {ITERATIONS: used_it, SECONDS: round(used_s, 3)}
     return {
         "trials": len(t),
         "stopped_early": int(t["stopped_early"].sum()) if not t.empty else 0,
@@ -85,6 +88,52 @@ def budget(exp: Experiment) -> dict[str, Any]:
         "trial_time_s_without_early_stopping": round(full_s, 3),
         "wall_time_s": None if wall is None else round(float(wall), 3),
         "wall_time_s_without_early_stopping": None if wall is None or not used_s else round(wall * full_s / used_s, 3),
+        **({"forecast": forecast_facts(record["forecast"], used, exp, wall)} if record.get("forecast") else {}),
+    }
+
+
+def forecast_facts(recorded: dict[str, Any], used: dict[str, float], exp: Experiment,
+                   wall: float | None) -> dict[str, Any]:
+    """The budget forecast recorded at run start (:mod:`tuner.forecast`) against what was used.
+
+    Args:
+        recorded: ``tuner_run.json``'s ``forecast``.
+        used: Trial-units used, by unit: ``training_iteration`` (the sum over trials of their
+            last iteration) and ``time_total_s`` (their seconds).
+        exp: The experiment (its results give the seconds per iteration).
+        wall: The run's wall time, seconds, or None.
+
+    Returns:
+        ``unit``, ``max`` and ``expected`` (trial-units, None when unbounded), ``rule``,
+        ``used`` (None for another ``time_attr``), ``used_of_expected`` (a ratio),
+        ``trials_at_once``, ``seconds_per_iteration`` (the mean ``time_this_iter_s`` of the
+        iterations after each trial's first, as ``tuner validate --from`` takes it),
+        ``wall_time_s_forecast`` (expected x seconds per unit / trials at once: what the
+        forecast gives at the rate this run measured) and ``wall_time_s`` (the run's).
+    """
+    unit = recorded.get("unit", ITERATIONS)
+    expected = recorded.get("expected_total")
+    got = used.get(unit)
+    h = exp.history
+    rate = None
+    if unit == SECONDS:
+        rate = 1.0
+    elif unit == ITERATIONS and "time_this_iter_s" in h and h["time_this_iter_s"].notna().any():
+        later = h.loc[h["training_iteration"] > 1, "time_this_iter_s"].dropna()
+        rate = float(later.mean() if not later.empty else h["time_this_iter_s"].dropna().mean())
+    at_once = recorded.get("trials_at_once")
+    wall_forecast = None if expected is None or rate is None or not at_once else expected * rate / at_once
+    return {
+        "unit": unit,
+        "max": recorded.get("max_total"),
+        "expected": None if expected is None else round(float(expected), 3),
+        "rule": recorded.get("rule"),
+        "used": got,
+        "used_of_expected": None if got is None or not expected else round(got / expected, 3),
+        "trials_at_once": at_once,
+        "seconds_per_iteration": None if rate is None or unit != ITERATIONS else round(rate, 6),
+        "wall_time_s_forecast": None if wall_forecast is None else round(wall_forecast, 3),
+        "wall_time_s": None if wall is None else round(float(wall), 3),
     }
 
 

@@ -107,6 +107,25 @@ def _pareto_section(exp: Experiment, pngs: dict[str, bytes], facts: dict | None)
             "created: how the search converged.</p>\n")
 
 
+def _forecast_html(fc: dict | None) -> str:
+    """The Budget section's forecast line: the forecast at run start against what was used."""
+    if not fc:
+        return ""
+    unit = {"training_iteration": "trial-iterations", "time_total_s": "trial-seconds"}.get(fc["unit"],
+                                                                                         f"trial-{fc['unit']}")
+    if fc["expected"] is None:
+        text = f"unbounded {unit} (no stop or max_t)"
+    else:
+        text = f"{fc['expected']:g} {unit} expected, at most {fc['max']:g} ({fc['rule']})"
+        if fc["used"] is not None:
+            text += f"; {fc['used']:g} used ({100 * (fc['used_of_expected'] or 0):.0f}% of the forecast)"
+    if fc["wall_time_s_forecast"] is not None and fc["wall_time_s"] is not None:
+        text += (f". Wall time at this run's {fc['seconds_per_iteration'] or 1:.3g} s per unit and "
+                 f"{fc['trials_at_once']} trials at a time: {fc['wall_time_s_forecast']:.1f} s forecast, "
+                 f"{fc['wall_time_s']:.1f} s taken")
+    return f"<br>\n<b>Forecast at run start:</b> {html.escape(text)}."
+
+
 def write_html(exp: Experiment, output: str | os.PathLike | None = None,
                top: int | None = None) -> tuple[Path, dict[str, Path]]:
     """Write the experiment's report as one self-contained HTML file, and its plots as PNGs.
@@ -193,7 +212,7 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
 ({b['stopped_early']} of {b['trials']} trials stopped early; the longest ran {b['full_iterations']}).<br>
 <b>Trial time:</b> {b['trial_time_s']:.1f} s used, against about {b['trial_time_s_without_early_stopping']:.1f} s\
 {pct(b['trial_time_s'], b['trial_time_s_without_early_stopping'])}.<br>
-<b>Wall time:</b> {wall}.</p>
+<b>Wall time:</b> {wall}.{_forecast_html(b.get("forecast"))}</p>
 {_img(pngs, "budget", "budget")}
 <p class="note">Without early stopping, every trial that ended TERMINATED would have run as many iterations as
 the longest trial; the missing iterations are costed at the median seconds per iteration, the wall time scaled

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from tuner import pareto
-from tuner.best import best_reported, is_candidate, nan_to_none, ranked
+from tuner.best import best_reported, is_candidate, nan_to_none, ranked, scope_value
 from tuner.errors import InputError
 from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
                           RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
@@ -100,6 +100,9 @@ class Experiment:
             ``summary.json``'s; one for a single metric, empty without one.
         constraints: The constraints (:class:`~tuner.spec.sections.Constraint`), likewise; empty
             without any.
+        scope: ``best.scope`` (the spec's, else ``summary.json``'s, else ``last``): which reported
+            values score a trial (:func:`tuner.best.scope_value`); other than ``last``, ``trials`` has
+            a ``score_<metric>`` column, the score the trials are ranked by.
     """
 
     path: Path
@@ -120,6 +123,7 @@ class Experiment:
     created: list[str] = field(default_factory=list)
     objectives: list[Objective] = field(default_factory=list)
     constraints: list[Constraint] = field(default_factory=list)
+    scope: str = "last"
 
     @property
     def multi_objective(self) -> bool:
@@ -417,6 +421,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     running = _is_running(path)
     metric = spec.metric if spec else (summary or {}).get("metric")
     mode = spec.mode if spec else (summary or {}).get("mode")
+    scope = spec.best.scope if spec else (summary or {}).get("scope") or "last"
     objectives, constraints = _objectives_and_constraints(spec, summary)
     several = len(objectives) >= 2
     # The columns beyond the metric's: every objective's, and each constrained metric's last value.
@@ -483,6 +488,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         if metric:
             row[f"last_{metric}"] = last.get(metric, math.nan)
             row[f"best_{metric}"] = best_reported([h.get(metric) for h in trial_hist], mode)
+            if scope != "last":
+                row[f"score_{metric}"] = scope_value([h[metric] for h in trial_hist if metric in h], scope, mode)
         for m in extra_last:
             row[f"last_{m}"] = last.get(m, math.nan)
             if m in extra_best:
@@ -496,7 +503,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         if any(col not in r for r in rows):
             trials[col] = pd.Series([r.get(col) for r in rows], index=trials.index, dtype=object)
     if metric:
-        for col in (f"last_{metric}", f"best_{metric}", *(f"last_{m}" for m in extra_last),
+        for col in (f"last_{metric}", f"best_{metric}", *([f"score_{metric}"] if scope != "last" else []),
+                    *(f"last_{m}" for m in extra_last),
                     *(f"best_{m}" for m in extra_best)):
             if col not in trials:
                 trials[col] = pd.Series(dtype=float)
@@ -512,7 +520,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     trials["stopped_early"] = (trials["status"] == "TERMINATED") & (trials["iterations"] < full)
     best_trial = None
     if metric and not trials.empty:
-        col = f"last_{metric}"
+        col = f"last_{metric}" if scope == "last" else f"score_{metric}"
         # tuner.best's rule, as summary.json and results.csv: errored trials and trials
         # without a finite value go last, and are never the best.
         # As results.csv: with constraints, infeasible trials among those without a result; with
@@ -562,4 +570,4 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     return Experiment(path=path, name=path.name, spec=spec, metric=metric, mode=mode, status=status,
                       started=record.get("created"), summary=summary, trials=trials, history=hist,
                       best_trial=best_trial, params=params, pbt=pbt, perturbations=perturbations, schedule=schedule,
-                      created=ids, objectives=objectives, constraints=constraints)
+                      created=ids, objectives=objectives, constraints=constraints, scope=scope)

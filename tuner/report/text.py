@@ -42,6 +42,8 @@ def _header(exp: Experiment) -> list[str]:
         metric = "objectives " + ", ".join(f"{o.metric} ({o.mode})" for o in exp.objectives)
     if exp.constraints:
         metric += "; constraints " + ", ".join(c.describe() for c in exp.constraints)
+    if exp.metric and not exp.multi_objective:
+        metric += f"; best trial by scope {exp.scope}"
     lines.append(f"{len(t)} trials ({by_status}); {metric}")
     if exp.best_trial is not None:
         row = t.loc[t["trial_id"] == exp.best_trial].iloc[0]
@@ -49,7 +51,8 @@ def _header(exp: Experiment) -> list[str]:
             values = ", ".join(f"{o.metric}={_fmt(row[f'last_{o.metric}'])}" for o in exp.objectives)
             lines.append(f"Best trial {exp.best_trial} (*): {values} (the front's best on {exp.metric})")
         else:
-            lines.append(f"Best trial {exp.best_trial} (*): {exp.metric}={_fmt(row[exp.last_col])}")
+            score = "" if exp.scope == "last" else f", {exp.scope} {_fmt(row[f'score_{exp.metric}'])}"
+            lines.append(f"Best trial {exp.best_trial} (*): {exp.metric}={_fmt(row[exp.last_col])}{score}")
     return lines
 
 
@@ -193,7 +196,7 @@ def _display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
     if exp.multi_objective:  # every objective's last value
         cols += [f"last_{o.metric}" for o in exp.objectives]
     elif exp.metric:
-        cols += [exp.last_col, exp.best_col]
+        cols += [exp.last_col, exp.best_col] + ([f"score_{exp.metric}"] if exp.scope != "last" else [])
     shown = {o.metric for o in exp.objectives}
     cols += [f"last_{c.metric}" for c in exp.constraints if c.metric not in shown and f"last_{c.metric}" in t]
     cols += [c for c in ("feasible", "pareto") if c in t]
@@ -202,6 +205,8 @@ def _display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
         name = c[len("config/"):] if c.startswith("config/") else c
         if c == exp.best_col:
             name = f"{exp.metric} (best)"
+        elif c == f"score_{exp.metric}":
+            name = f"{exp.metric} ({exp.scope})"
         elif c.startswith("last_"):
             name = f"{c[len('last_'):]} (last)"
         elif c == "iterations":
@@ -270,7 +275,7 @@ def _facts(exp: Experiment) -> dict[str, Any]:
         best_value = _py(exp.trials.loc[exp.trials["trial_id"] == exp.best_trial, exp.last_col].iloc[0])
     return {
         "name": exp.name, "path": str(exp.path), "status": exp.status, "started": exp.started,
-        "metric": exp.metric, "mode": exp.mode,
+        "metric": exp.metric, "mode": exp.mode, "scope": exp.scope,
         "trials": {"total": len(exp.trials), "by_status": {str(k): int(v) for k, v in
                                                            exp.trials["status"].value_counts().items()},
                    **(feasibility(exp) if exp.multi_objective or exp.constraints else {})},

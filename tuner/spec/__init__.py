@@ -31,6 +31,7 @@ below are re-exported here):
 * :mod:`~tuner.spec.loading`: :func:`load_spec`, ``--set`` overrides (:func:`parse_set`).
 * :mod:`~tuner.spec.trainable`: finding, importing and checking the trainable.
 * :mod:`~tuner.spec.extras`: the optional packages of the enabled integrations.
+* :mod:`~tuner.spec.schema`: the spec's JSON Schema for editors (``tuner schema``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tuner.spec.errors import SpecError, SpecIssue
 from tuner.spec.extras import check_extras
 from tuner.spec.loading import MAX_SPEC_BYTES, Override, load_spec, parse_set
 from tuner.spec.model import Spec, stop_operator
+from tuner.spec.schema import SCHEMA_FILE, schema_text, spec_schema
 from tuner.spec.sections import SCHEDULER_TYPES, SEARCH_ALGORITHMS, SYNCHRONOUS_HYPERBAND
 from tuner.spec.trainable import (check_trainable, implements, import_roots, is_class_trainable, resolve_trainable,
                                   trainable_dirs, trainable_reference, user_packages)
@@ -71,4 +73,7 @@ __all__ = [
     "SEARCH_ALGORITHMS",
     "SCHEDULER_TYPES",
     "SYNCHRONOUS_HYPERBAND",
+    "spec_schema",
+    "schema_text",
+    "SCHEMA_FILE",
 ]

@@ -20,7 +20,8 @@ from tuner.spec.conditions import Space, expand
 from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, SubspaceChoice, _Dist
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
-from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, Checkpointing, Constraint, Failure,
+from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, BestTrial, Checkpointing, Constraint,
+                                 Failure,
                                  FIFOScheduler, Objective, RandomSearch, RayConfig, Reporting, Resources,
                                  SchedulerConfig, SearchConfig)
 
@@ -39,6 +40,38 @@ class Spec(_Model):
     See the README's "The spec" section for every field. Validation refuses wrong
     searcher/scheduler pairs, grid values under model-based searchers, schedulers
     without a metric, and rungs that cannot exist.
+
+    Attributes:
+        name: The experiment's name and folder under ``storage``: letters, digits, ``.``,
+            ``_`` and ``-`` only.
+        trainable: ``package.module:function`` or ``path/to/file.py:function``: a train
+            function of ``config``, or a ``ray.tune.Trainable`` class.
+        metric: A key the train function reports; a list of two or more for several objectives.
+        mode: ``min`` or ``max``; a list of as many modes as metrics.
+        objectives: Several objectives as ``[{metric, mode}, ...]`` (instead of metric and mode lists).
+        constraints: Bounds on reported metrics (``{metric, min, max}``); only feasible trials count.
+        num_samples: Trials to sample; under grid search, repeats of each grid point.
+        max_concurrent_trials: Trials running at once (default: as many as fit).
+        time_budget_s: Seconds for the whole experiment.
+        stop: Reported key -> threshold that ends a trial (``training_iteration``, ``time_total_s``, ...).
+        seed: Seed of the searcher (the same seed samples the same configs), and of each trial's own
+            seed (``trial.seed()``).
+        seed_trials: Seed ``random``, numpy and torch in each trial with its own seed (plus the rank in
+            a DDP trial) before the train function runs; needs ``seed``.
+        param_space: Parameter names -> a distribution (a mapping with ``type``), a constant or a group.
+        search: The searcher: ``algorithm`` grid, random, bohb or optuna, and its options.
+        scheduler: The scheduler that stops or perturbs trials: ``type`` fifo, asha, hyperband, bohb,
+            median, pbt or pb2, and its options.
+        resources: CPUs and GPUs per trial, or ``workers`` for a DDP trial.
+        reporting: The console table (``cli``), TensorBoard, W&B and MLflow.
+        storage: The folder (or cloud URI) the experiment folder goes in.
+        ray: ``address`` of a running Ray cluster; none starts a local Ray.
+        failure: Retries of a failing trial, and when to stop the experiment on errors.
+        checkpoint: How often trial checkpoints are kept, and how many.
+        trial_timeout_s: Seconds after which a trial is ended, hung or not.
+        amp: Mixed precision through ``trial.autocast()`` and ``trial.scaler()``.
+        oom_backoff: The parameter (dotted for a nested one) halved on CUDA out-of-memory.
+        min_batch_size: The smallest value ``oom_backoff`` halves to.
     """
 
     name: str = "experiment"
@@ -62,6 +95,7 @@ class Spec(_Model):
     ray: RayConfig = Field(default_factory=RayConfig)
     failure: Failure = Field(default_factory=Failure)
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    best: BestTrial = Field(default_factory=BestTrial)
     trial_timeout_s: Float | None = Field(default=None, gt=0)
     amp: bool = False
     oom_backoff: NonBlank | None = None
@@ -274,6 +308,9 @@ class Spec(_Model):
             field = "scheduler.type" if sched in _NEEDS_METRIC else "search.algorithm"
             raise _fail(field, f"{what} compares trials by a metric, but the spec sets none; "
                                "add `metric:` and `mode:`.")
+        if self.metric is None and getattr(self.search, "warm_start", None):
+            raise _fail("search.warm_start", "warm_start feeds earlier trials to the searcher by their metric (random "
+                        "search re-runs the best of them), but the spec sets none; add `metric:` and `mode:`.")
         if sched in SYNCHRONOUS_HYPERBAND and self.max_concurrent_trials == 1:
             # Ray's synchronous Hyperband processes a rung once every live trial of the bracket
             # reached it and keeps ceil(n/reduction_factor) >= 1 of them; the concurrency cap
@@ -296,6 +333,7 @@ class Spec(_Model):
             self._check_bohb_points()
         if sched in POPULATION_SCHEDULERS:
             self._check_population()
+        self._check_checkpoint_score()
         if self.oom_backoff is not None:
             names = [p.dotted for p in self.space.params if p.dist is not None] + \
                 [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, _Dist)]
@@ -305,6 +343,43 @@ class Spec(_Model):
                 raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
                             f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
         return self
+
+    def _check_checkpoint_score(self) -> None:
+        """``checkpoint.score``: a metric other than the objectives needs ``score_mode``; ``best.scope``
+        other than ``last`` needs one objective."""
+        ck = self.checkpoint
+        names = [o.metric for o in self.objectives or []]
+        if ck.score is not None and ck.score not in names and ck.score_mode is None:
+            spec_metric = ("the spec's metric (none is set)" if not names else f"the spec's metric ({names[0]})"
+                           if len(names) == 1 else f"an objective ({_allowed(names)})")
+            raise _fail("checkpoint.score", f"checkpoint.score {ck.score!r} is not {spec_metric}, so tuner cannot "
+                        f"know whether lower or higher is better; add `checkpoint.score_mode: min` or "
+                        f"`checkpoint.score_mode: max`.")
+        if ck.score_mode is not None and ck.score is None:
+            raise _fail("checkpoint.score_mode", "checkpoint.score_mode goes with checkpoint.score (without it the "
+                        "checkpoints are ranked by the spec's metric, with its mode); add `checkpoint.score: NAME`, "
+                        "a key your train function reports, or drop score_mode.")
+        scope = self.best.scope
+        if scope != "last" and self.metric is None:
+            raise _fail("best.scope", f"best.scope {scope!r} scores trials by a metric, but the spec sets none; "
+                        "add `metric:` and `mode:`.")
+        if scope != "last" and self.multi_objective:
+            raise _fail("best.scope", f"best.scope {scope!r} applies to one objective, but the spec has "
+                        f"{len(names)} (the Pareto front compares each trial's last values); use best.scope last, "
+                        "or one metric.")
+
+    @property
+    def checkpoint_score(self) -> tuple[str, str] | None:
+        """``(metric, mode)`` that ranks a trial's checkpoints (:class:`Checkpointing`): ``checkpoint.score``
+        with its mode, else the spec's metric (the first objective) and mode; None: no metric, the newest
+        checkpoints are kept."""
+        ck = self.checkpoint
+        if ck.score is not None:
+            mode = ck.score_mode or next(o.mode for o in self.objectives or [] if o.metric == ck.score)
+            return ck.score, mode
+        if self.metric is not None and self.mode is not None:
+            return self.metric, self.mode
+        return None
 
     def _check_objectives(self) -> None:
         """``objectives`` (two or more, each metric once, not with ``metric``/``mode``), a searcher and a
@@ -540,7 +615,10 @@ class Spec(_Model):
 
     def mark(self, path: str) -> tuple[int, int] | None:
         """Return the 1-based ``(line, col)`` of a dotted field path in the spec file, or None."""
-        return self._marks.get(tuple(path.split("."))) if path else None
+        if not path:
+            return None
+        key = tuple(path.split("."))  # a list's items are marked by their int index
+        return self._marks.get(key) or self._marks.get(tuple(int(p) if p.isdigit() else p for p in key))
 
     def error(self, path: str, message: str) -> SpecError:
         """Build a :class:`SpecError` for ``path``: at its position in the spec file, or

@@ -84,19 +84,72 @@ class Constraint(_Model):
 
 
 class _Search(_Model):
+    """What every searcher but grid takes.
+
+    Attributes:
+        points_to_evaluate: Configs to run first, as given.
+        warm_start: Earlier experiments (folders or cloud URIs, as ``tuner report`` takes them)
+            whose finished trials are fed to the searcher before this run starts
+            (:mod:`tuner.warm_start`); None for a cold start.
+    """
+
     points_to_evaluate: list[dict[NonBlank, Any]] | None = None
+    warm_start: list[NonBlank] | None = None
+
+    @field_validator("warm_start")
+    @classmethod
+    def _some_sources(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise PydanticCustomError("tuner_spec", "warm_start must name at least one earlier experiment (a folder "
+                                      "such as runs/mnist-asha, or a cloud URI), or be omitted.")
+        return value
+
+
+#: Earlier trials that random search re-evaluates first under ``warm_start``, unless ``warm_start_top_k`` says.
+WARM_START_TOP_K = 3
 
 
 class RandomSearch(_Search):
-    """Random sampling (and grid parameters, if any): Ray's ``BasicVariantGenerator``."""
+    """Random sampling (and grid parameters, if any): Ray's ``BasicVariantGenerator``.
+
+    Attributes:
+        warm_start_top_k: With ``warm_start``: how many of the earlier experiments' best trials
+            run again first (after ``points_to_evaluate``), as points to evaluate; random search
+            has no model, so the other earlier trials are not used. None: :data:`WARM_START_TOP_K`.
+    """
 
     algorithm: Literal["random"]
+    warm_start_top_k: Int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _top_k_needs_warm_start(self):
+        if self.warm_start_top_k is not None and self.warm_start is None:
+            raise _fail("warm_start_top_k", "warm_start_top_k says how many of the earlier experiments' best trials "
+                        "run again first, but the spec has no `search.warm_start`; add it, or drop warm_start_top_k.")
+        return self
+
+    @property
+    def top_k(self) -> int:
+        """``warm_start_top_k``, else :data:`WARM_START_TOP_K`."""
+        return self.warm_start_top_k or WARM_START_TOP_K
 
 
 class GridSearch(_Model):
-    """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``)."""
+    """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``).
+
+    ``warm_start`` is refused: a grid runs every point whatever earlier trials found.
+    """
 
     algorithm: Literal["grid"]
+    warm_start: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _no_warm_start(self):
+        if self.warm_start is not None:
+            raise _fail("warm_start", "grid search runs every grid point whatever earlier trials found, so a warm "
+                        "start would change nothing; use search random (it re-runs the earlier best trials first), "
+                        "optuna or bohb (their models learn from every earlier trial), or drop warm_start.")
+        return self
 
 
 #: Optuna's samplers that ``search.sampler`` names: TPE (single- and multi-objective), NSGA-II, NSGA-III.
@@ -427,17 +480,44 @@ class Failure(_Model):
 
 
 class Checkpointing(_Model):
-    """How often trial checkpoints are kept, and how many.
+    """How often trial checkpoints are kept, and which.
+
+    Ray keeps a trial's best ``num_to_keep`` checkpoints by ``score`` and, besides them, always
+    its newest one, which a resume, a retry after a failure and a PBT/PB2 clone start from
+    (Ray's ``CheckpointConfig(num_to_keep, checkpoint_score_attribute, checkpoint_score_order)``;
+    its ``_CheckpointManager`` never deletes the latest checkpoint).
 
     Attributes:
         frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
             reports (iterations); the others are skipped.
-        num_to_keep: Checkpoints kept per trial (the newest); None keeps all
-            (Ray's ``CheckpointConfig.num_to_keep``).
+        num_to_keep: Checkpoints kept per trial, the best by ``score``; None keeps all.
+        score: The reported metric that ranks a trial's checkpoints (the value reported with
+            the checkpoint); None: the spec's metric (the first objective), with its mode, or,
+            without a metric, the newest checkpoints are kept.
+        score_mode: ``min`` or ``max`` for ``score``; required when ``score`` is not the spec's
+            metric (an objective), whose mode it takes otherwise.
     """
 
     frequency: Int = Field(default=1, ge=1)
     num_to_keep: Int | None = Field(default=2, ge=1)
+    score: NonBlank | None = None
+    score_mode: Literal["min", "max"] | None = None
+
+
+#: ``best.scope``: how a trial's reported values make its score (Ray's ``get_best_result(scope=...)``).
+BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg")
+
+
+class BestTrial(_Model):
+    """How the best trial is chosen: which of a trial's reported values score it.
+
+    Attributes:
+        scope: ``last``: its last value; ``all``: the best value it ever reported (min or max
+            by the mode); ``last-5-avg``/``last-10-avg``: the mean of its last 5 or 10 values.
+            As Ray's ``ResultGrid.get_best_result(scope=...)``; the rule is :mod:`tuner.best`'s.
+    """
+
+    scope: Literal["last", "all", "last-5-avg", "last-10-avg"] = "last"
 
 
 class CLIReporting(_Model):
