@@ -68,6 +68,8 @@ class Spec(_Model):
         ray: ``address`` of a running Ray cluster; none starts a local Ray.
         failure: Retries of a failing trial, and when to stop the experiment on errors.
         checkpoint: How often trial checkpoints are kept, and how many.
+            By ``score`` (default: the metric), a trial's best ``num_to_keep`` and its newest are kept.
+        best: How a trial is scored to pick the best: ``scope`` last, all, last-5-avg or last-10-avg.
         trial_timeout_s: Seconds after which a trial is ended, hung or not.
         amp: Mixed precision through ``trial.autocast()`` and ``trial.scaler()``.
         oom_backoff: The parameter (dotted for a nested one) halved on CUDA out-of-memory.
