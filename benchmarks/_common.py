@@ -30,6 +30,36 @@ def start_local_ray(num_cpus: int) -> None:
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 
 
+def run_on_local_ray(num_cpus: int, prefix: str, jobs) -> tuple[list[dict], float]:
+    """Run experiments one after the other on one local Ray (:func:`start_local_ray`), in one temporary folder.
+
+    Args:
+        num_cpus: CPUs of the local Ray.
+        prefix: The temporary folder's name prefix (``tuner-bench-<name>-``).
+        jobs: An iterable of ``job(tmp: Path) -> (run, line)``: ``run`` (a dict) is collected, ``line``
+            printed as the job ends.
+
+    Returns:
+        The runs in order, and the seconds it all took (Ray's start included).
+    """
+    import tempfile
+
+    import ray
+
+    started = time.perf_counter()
+    start_local_ray(num_cpus)
+    runs = []
+    try:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            for job in jobs:
+                run, line = job(Path(tmp))
+                runs.append(run)
+                print(line, flush=True)
+    finally:
+        ray.shutdown()
+    return runs, time.perf_counter() - started
+
+
 def cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):

@@ -59,7 +59,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, start_local_ray,
+    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
     write_section)
 from benchmarks.workloads import (
     COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_RECORD_BYTES, COND_WARMUP, conditional_active_keys,
@@ -264,26 +263,18 @@ def _branch_of(run: dict, trial_id: str | None) -> str | None:
 
 
 def _run_all(args, searchers, spaces) -> tuple[list[dict], float]:
-    import ray
+    def job(searcher, space, seed):
+        def run(tmp: Path):
+            r = run_one(searcher, space, seed, args.budget, args.max_t, tmp)
+            s = score(r["records"], args.budget, args.max_t)
+            n, bad, _ = check_configs(r["configs"], space)
+            return r, (f"{searcher:9s} {space:11s} seed {seed}: {s['iterations']}/{args.budget} iterations, "
+                       f"{s['trials']} trials, regret {s['regret']:.4f} ({_branch_of(r, s['best'])}), "
+                       f"{bad}/{n} trials off the space, {r['seconds']:.1f} s")
+        return run
 
-    started = time.perf_counter()
-    start_local_ray(args.num_cpus)
-    runs = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="tuner-bench-cond-") as tmp:
-            for seed in range(args.seeds):
-                for searcher in searchers:
-                    for space in spaces:
-                        r = run_one(searcher, space, seed, args.budget, args.max_t, Path(tmp))
-                        runs.append(r)
-                        s = score(r["records"], args.budget, args.max_t)
-                        n, bad, _ = check_configs(r["configs"], space)
-                        print(f"{searcher:9s} {space:11s} seed {seed}: {s['iterations']}/{args.budget} iterations, "
-                              f"{s['trials']} trials, regret {s['regret']:.4f} ({_branch_of(r, s['best'])}), "
-                              f"{bad}/{n} trials off the space, {r['seconds']:.1f} s", flush=True)
-    finally:
-        ray.shutdown()
-    return runs, time.perf_counter() - started
+    jobs = (job(searcher, space, seed) for seed in range(args.seeds) for searcher in searchers for space in spaces)
+    return run_on_local_ray(args.num_cpus, "tuner-bench-cond-", jobs)
 
 
 def main(argv=None) -> None:

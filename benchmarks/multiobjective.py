@@ -46,14 +46,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, start_local_ray,
+    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
     write_section)
 from benchmarks.workloads import (
     ZDT1_BIAS, ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_N, ZDT1_NOISE, ZDT1_RECORD_BYTES, ZDT1_REFERENCE,
@@ -177,24 +176,16 @@ def _quartiles(xs) -> tuple[float, float, float]:
 
 
 def _run_all(args, methods) -> tuple[list[dict], float]:
-    import ray
+    def job(method, seed):
+        def run(tmp: Path):
+            r = run_one(method, seed, args.budget, args.max_t, tmp)
+            s = score(r["records"], args.budget, args.max_t)
+            return r, (f"{method:16s} seed {seed}: {s['iterations']}/{args.budget} iterations, {s['trials']} "
+                       f"trials, front {len(s['front'])}, hypervolume {s['hypervolume']:.4f}, {r['seconds']:.1f} s")
+        return run
 
-    started = time.perf_counter()
-    start_local_ray(args.num_cpus)
-    runs = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="tuner-bench-mo-") as tmp:
-            for seed in range(args.seeds):
-                for method in methods:
-                    r = run_one(method, seed, args.budget, args.max_t, Path(tmp))
-                    runs.append(r)
-                    s = score(r["records"], args.budget, args.max_t)
-                    print(f"{method:16s} seed {seed}: {s['iterations']}/{args.budget} iterations, {s['trials']} "
-                          f"trials, front {len(s['front'])}, hypervolume {s['hypervolume']:.4f}, "
-                          f"{r['seconds']:.1f} s", flush=True)
-    finally:
-        ray.shutdown()
-    return runs, time.perf_counter() - started
+    jobs = (job(m, seed) for seed in range(args.seeds) for m in methods)
+    return run_on_local_ray(args.num_cpus, "tuner-bench-mo-", jobs)
 
 
 def main(argv=None) -> None:

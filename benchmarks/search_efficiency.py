@@ -39,14 +39,13 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (  # noqa: E402
-    IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, start_local_ray, write_section)
+    IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, run_on_local_ray, write_section)
 from benchmarks.workloads import OBJECTIVES, read_budget_file  # noqa: E402
 
 HEADING = "Search efficiency: what the schedulers buy (`benchmarks/search_efficiency.py`)"
@@ -153,24 +152,17 @@ def budget_to_reach(curve, threshold: float, points) -> float:
 
 def _run_all(args, objectives, methods) -> tuple[list[dict], float]:
     """Every (objective, seed, method) experiment on one local Ray; returns the runs and the seconds."""
-    import ray
+    def job(objective, method, seed):
+        budget_steps = int(round(args.budget * OBJECTIVES[objective].max_t))
 
-    started = time.perf_counter()
-    start_local_ray(args.num_cpus)
-    runs = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="tuner-bench-search-") as tmp:
-            for objective in objectives:
-                budget_steps = int(round(args.budget * OBJECTIVES[objective].max_t))
-                for seed in range(args.seeds):
-                    for method in methods:
-                        r = run_one(objective, method, seed, budget_steps, Path(tmp), args.cpu_per_trial)
-                        runs.append(r)
-                        print(f"{objective:14s} {method:12s} seed {seed}: {len(r['steps'])}/{budget_steps} steps, "
-                              f"{r['trials']} trials, {r['seconds']:.1f} s", flush=True)
-    finally:
-        ray.shutdown()
-    return runs, time.perf_counter() - started
+        def run(tmp: Path):
+            r = run_one(objective, method, seed, budget_steps, tmp, args.cpu_per_trial)
+            return r, (f"{objective:14s} {method:12s} seed {seed}: {len(r['steps'])}/{budget_steps} steps, "
+                       f"{r['trials']} trials, {r['seconds']:.1f} s")
+        return run
+
+    return run_on_local_ray(args.num_cpus, "tuner-bench-search-", (job(o, m, seed) for o in objectives
+                                                                   for seed in range(args.seeds) for m in methods))
 
 
 def main(argv=None) -> None:

@@ -36,14 +36,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (  # noqa: E402
-    add_budget_options, budget_runs, machine_line, median, start_local_ray, write_section)
+    add_budget_options, budget_runs, machine_line, median, run_on_local_ray, write_section)
 from benchmarks.search_efficiency import regret_curve  # noqa: E402
 from benchmarks.workloads import OBJECTIVES, read_budget_file  # noqa: E402
 
@@ -99,23 +98,15 @@ def run_one(method: str, role: str, seed: int, args, storage: Path) -> dict:
 
 
 def _run_all(args, methods) -> tuple[list[dict], float]:
-    import ray
+    def job(method, seed, role):
+        def run(tmp: Path):
+            r = run_one(method, role, seed, args, tmp)
+            return r, (f"{method:12s} seed {seed} {role:5s}: {len(r['steps'])}/{args.budget} steps, "
+                       f"{r['trials']} trials, {r['seconds']:.1f} s")
+        return run
 
-    started = time.perf_counter()
-    start_local_ray(args.num_cpus)
-    runs = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="tuner-bench-warm-") as tmp:
-            for seed in range(args.seeds):
-                for method in methods:
-                    for role in ROLES:
-                        r = run_one(method, role, seed, args, Path(tmp))
-                        runs.append(r)
-                        print(f"{method:12s} seed {seed} {role:5s}: {len(r['steps'])}/{args.budget} steps, "
-                              f"{r['trials']} trials, {r['seconds']:.1f} s", flush=True)
-    finally:
-        ray.shutdown()
-    return runs, time.perf_counter() - started
+    return run_on_local_ray(args.num_cpus, "tuner-bench-warm-",
+                            (job(m, seed, role) for seed in range(args.seeds) for m in methods for role in ROLES))
 
 
 def iterations_to(curve: list[float], target: float) -> float:

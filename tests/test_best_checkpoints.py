@@ -69,6 +69,7 @@ def _kept_epochs(exp, trial_id) -> set[int]:
     return {_epoch(c) for c in folder.iterdir() if c.name.startswith(CHECKPOINT_PREFIX)}
 
 
+@pytest.mark.slow
 def test_scope_all_picks_the_peak_and_its_best_checkpoint(peaks_run):
     proc, exp, summary, labels = peaks_run
     assert f"Best trial {labels['peak']}: val_accuracy=0.5 (scope all: 0.95) config=" in proc.stdout
@@ -88,6 +89,7 @@ def test_scope_all_picks_the_peak_and_its_best_checkpoint(peaks_run):
                                                                    "training_iteration": 6}
 
 
+@pytest.mark.slow
 def test_the_best_n_and_the_newest_checkpoint_are_kept_and_a_restart_uses_the_newest(peaks_run):
     _, exp, _, labels = peaks_run
     assert _kept_epochs(exp, labels["peak"]) == {1, 2, 5}  # the best 2 (0.9, 0.95) and the newest
@@ -99,6 +101,7 @@ def test_the_best_n_and_the_newest_checkpoint_are_kept_and_a_restart_uses_the_ne
     assert [r["start"] for r in rows if r["epoch"] >= 4] == [4, 4]
 
 
+@pytest.mark.slow
 def test_report_says_the_scope(peaks_run, run_cli):
     _, exp, _, labels = peaks_run
     text = run_cli("report", exp).stdout
@@ -108,6 +111,7 @@ def test_report_says_the_scope(peaks_run, run_cli):
     assert "val_accuracy (all)" in text
 
 
+@pytest.mark.slow
 def test_export_writes_a_self_contained_folder(peaks_run, run_cli, tmp_path):
     _, exp, summary, labels = peaks_run
     out = tmp_path / "best"

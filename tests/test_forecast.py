@@ -141,6 +141,7 @@ def hb_run(tmp_path_factory):
     return type("Run", (), {"tmp": tmp, "exp": run_spec(tmp, "hb", RUN_SPEC)})
 
 
+@pytest.mark.slow
 def test_run_records_the_forecast_and_report_compares_it(hb_run, run_cli):
     record = json.loads((hb_run.exp / "tuner_run.json").read_text())["forecast"]
     assert (record["trials"], record["max_total"], record["expected_total"], record["trials_at_once"]) == (5, 15, 11, 2)
@@ -157,6 +158,7 @@ def test_run_records_the_forecast_and_report_compares_it(hb_run, run_cli):
     assert "; 11 used (100% of the forecast). Wall time at this run" in line
 
 
+@pytest.mark.slow
 def test_validate_from_an_earlier_experiment(hb_run, run_cli, tmp_path):
     spec = tmp_path / "big.yaml"
     spec.write_text(RUN_SPEC.replace("num_samples: 5", "num_samples: 8").replace("max_t: 3", "max_t: 9")
@@ -176,6 +178,7 @@ def test_validate_from_an_earlier_experiment(hb_run, run_cli, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_validate_measure_runs_one_trial_and_writes_nothing(run_cli, tmp_path):
     spec = tmp_path / "m.yaml"
     spec.write_text(RUN_SPEC.replace("num_samples: 5", "num_samples: 6").replace("epochs: 3", "epochs: 20")

@@ -92,6 +92,7 @@ reporting: {{cli: false, tensorboard: false}}
 """
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_metrics_for_every_trial(ray_local, tmp_path, run_cli):
     """The same spec with seed 7 and seed_trials run twice, through the CLI and through tune_model in
     the session's Ray (other processes, trials in another order, on reused actors): each trial (by
