@@ -157,7 +157,9 @@ class WarmStart:
 def final_value(row: Mapping[str, Any], metric: str) -> Any:
     """An earlier trial's final value of ``metric``: its last reported value (``results.csv``'s).
 
-    The one place that says which value of an earlier trial counts; :mod:`tuner.best`'s rule.
+    The one place that says which value of an earlier trial counts. It is the last value, whatever
+    ``best.scope`` says, because that is what a searcher gets from a trial of its own: Ray passes a
+    trial's last result to ``Searcher.on_trial_complete``.
     """
     return metric_value(row, metric)
 
