@@ -128,6 +128,23 @@ def add_budget_options(parser, *, seeds: int, budget: int, max_t: int, methods, 
                         help="re-render the table and plot from a --save-runs file instead of running")
 
 
+def parse_budget_args(parser, argv, known) -> tuple:
+    """Parse a budget benchmark's options (:func:`add_budget_options`) and check them.
+
+    Returns:
+        ``(args, methods)``: the parsed options, and ``--methods`` as a list. ``parser.error``
+        (exit 2) on a method not in ``known`` or a ``--budget`` below one full trial (``--max-t``).
+    """
+    args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in known]
+    if unknown:
+        parser.error(f"unknown method(s) {unknown}; choose from {list(known)}")
+    if args.budget < args.max_t:
+        parser.error(f"--budget {args.budget} is less than one full trial ({args.max_t} iterations)")
+    return args, methods
+
+
 def budget_runs(args, run) -> tuple[list, float, float, float | None, str | None]:
     """The runs of a budget benchmark: read from ``--load-runs`` (which also sets ``args.budget``,
     ``max_t`` and ``seeds`` to the saved ones), else made by ``run()`` (``(runs, seconds)``) and

@@ -52,7 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
+    ROOT, add_budget_options, budget_runs, parse_budget_args, have_matplotlib, machine_line, run_on_local_ray,
     write_section)
 from benchmarks.workloads import (
     ZDT1_BIAS, ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_N, ZDT1_NOISE, ZDT1_RECORD_BYTES, ZDT1_REFERENCE,
@@ -192,13 +192,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_budget_options(parser, seeds=5, budget=300, max_t=ZDT1_MAX_T, methods=METHODS, per="method",
                        logs="step log")
-    args = parser.parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
-    if args.budget < args.max_t:
-        parser.error(f"--budget {args.budget} is less than one full trial ({args.max_t} iterations)")
+    args, methods = parse_budget_args(parser, argv, METHODS)
 
     runs, total_s, load_before, load_after, version = budget_runs(args, lambda: _run_all(args, methods))
     runs = [r for r in runs if r["method"] in methods]

@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (  # noqa: E402
-    add_budget_options, budget_runs, machine_line, median, run_on_local_ray, write_section)
+    add_budget_options, budget_runs, parse_budget_args, machine_line, median, run_on_local_ray, write_section)
 from benchmarks.search_efficiency import regret_curve  # noqa: E402
 from benchmarks.workloads import OBJECTIVES, read_budget_file  # noqa: E402
 
@@ -124,13 +124,7 @@ def _show(x: float) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_budget_options(parser, seeds=5, budget=270, max_t=9, methods=METHODS, per="method", logs="step log")
-    args = parser.parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
-    if args.budget < args.max_t:
-        parser.error(f"--budget {args.budget} is less than one full trial ({args.max_t} iterations)")
+    args, methods = parse_budget_args(parser, argv, METHODS)
     runs, total_s, load_before, load_after, version = budget_runs(args, lambda: _run_all(args, methods))
 
     rows, summary = [], []
