@@ -10,6 +10,7 @@ The pure rules of :mod:`tuner.best` are tested without Ray.
 
 import json
 import math
+from typing import get_args
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,7 @@ from tuner.best import SCOPES, analysis_value, best_checkpoint, scope_value
 from tuner.layout import (CHECKPOINT_PREFIX, EXPORT_CONFIG, EXPORT_FILES, EXPORT_METRICS, EXPORT_MODEL_DIR,
                           EXPORT_README, EXPORT_SPEC, RESULTS_CSV, SPEC_SNAPSHOT, SUMMARY)
 from tuner.spec import load_spec
-from tuner.spec.sections import BEST_SCOPES
+from tuner.spec.sections import BestTrial
 
 PEAK = [0.5, 0.9, 0.95, 0.6, 0.55, 0.5]  # best at epoch 2 (iteration 3); last 0.5
 STEADY = [0.3, 0.4, 0.5, 0.6, 0.65, 0.7]  # last 0.7: the best under scope last
@@ -163,7 +164,7 @@ def test_scope_values_follow_rays_definitions():
     assert scope_value([], "last", "max") is None and math.isnan(scope_value([], "all", "max"))
     with pytest.raises(ValueError, match="unknown scope 'median'"):
         scope_value(values, "median", "max")
-    assert SCOPES == BEST_SCOPES
+    assert SCOPES == get_args(BestTrial.model_fields["scope"].annotation) == ("last", "all", "last-5-avg", "last-10-avg")
 
 
 def test_scope_from_rays_running_summary_matches_the_history():

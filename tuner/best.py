@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tuner.params import NAME_SEP
 
-__all__ = ["ERROR", "SCOPES", "scope_value", "analysis_value", "best_checkpoint", "metric_value",
+__all__ = ["ERROR", "Scope", "SCOPES", "scope_value", "analysis_value", "best_checkpoint", "metric_value",
            "is_finite_number", "nan_to_none", "has_result", "is_candidate", "best_reported",
            "rank_key", "ranked", "best"]
 
@@ -73,8 +73,10 @@ def nan_to_none(value: Any) -> Any:
     return value
 
 
-#: ``best.scope``'s values (Ray's scopes but ``avg``); the same tuple as :data:`tuner.spec.sections.BEST_SCOPES`.
-SCOPES = ("last", "all", "last-5-avg", "last-10-avg")
+#: ``best.scope``'s type (Ray's scopes but ``avg``): the spec's field (:class:`tuner.spec.sections.BestTrial`) is of it.
+Scope = Literal["last", "all", "last-5-avg", "last-10-avg"]
+#: ``best.scope``'s values, in that order.
+SCOPES: tuple[str, ...] = get_args(Scope)
 
 
 def scope_value(values: Sequence[Any], scope: str, mode: str | None) -> Any:

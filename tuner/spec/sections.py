@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tuner.best import Scope
 from tuner.spec.distributions import Distribution
 from tuner.spec.errors import _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
@@ -504,10 +505,6 @@ class Checkpointing(_Model):
     score_mode: Literal["min", "max"] | None = None
 
 
-#: ``best.scope``: how a trial's reported values make its score (Ray's ``get_best_result(scope=...)``).
-BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg")
-
-
 class BestTrial(_Model):
     """How the best trial is chosen: which of a trial's reported values score it.
 
@@ -517,7 +514,7 @@ class BestTrial(_Model):
             As Ray's ``ResultGrid.get_best_result(scope=...)``; the rule is :mod:`tuner.best`'s.
     """
 
-    scope: Literal["last", "all", "last-5-avg", "last-10-avg"] = "last"
+    scope: Scope = "last"
 
 
 class CLIReporting(_Model):
