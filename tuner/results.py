@@ -290,10 +290,12 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if spec.multi_objective:
         for row in rows:
             row["pareto"] = row["trial_id"] in front
+    # Each trial's score under best.scope (tuner.best), in the grid's order: for the ranking and the best.
+    scores = [_score(spec, result) for result in _results(grid)] if spec.metric else []
     scored = spec.metric if spec.best.scope == "last" else score_column(spec)
-    if spec.metric and spec.best.scope != "last":  # the score the trials are ranked by (tuner.best)
-        for row, result in zip(rows, _results(grid)):
-            row[scored] = nan_to_none(_score(spec, result))
+    if spec.metric and spec.best.scope != "last":  # the score the trials are ranked by
+        for row, score in zip(rows, scores):
+            row[scored] = nan_to_none(score)
     if spec.metric:  # best first (the front first); errored, infeasible and trials without a finite value last
         rows = ranked(rows, spec.mode, value=lambda r: r.get(scored), status=lambda r: r["status"],
                       trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)),
@@ -302,12 +304,12 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     if spec.conditional:
         frame = _conditional_columns(frame, spec, rows)
 
-    best_config = best_metrics = best_ckpt = best_id = None
-    best = _best(spec, grid, statuses, set(front) if spec.multi_objective else None, ids)
+    best_config = best_metrics = best_ckpt = best_id = best_score = None
+    best = _best(spec, grid, statuses, scores, set(front) if spec.multi_objective else None, ids)
     if best is not None:
         best_config = plain(best.config)
         best_metrics = _user_metrics(best.metrics)
-        best_id = next(i for r, i in zip(_results(grid), ids) if r is best)
+        best_id, best_score = next((i, v) for r, i, v in zip(_results(grid), ids, scores) if r is best)
         best_ckpt = _checkpoint(best, location)
     kept = {i: _best_checkpoint(spec, r, path, location) for r, i in zip(_results(grid), ids)}
     if best_id is not None and kept.get(best_id):
@@ -326,7 +328,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
             "metrics": {k: nan_to_none(v) for k, v in (best_metrics or {}).items()},
             "checkpoint": best_ckpt,
             "checkpoint_metrics": (kept.get(best_id) or {}).get("metrics"),
-            "score": nan_to_none(plain(_score(spec, best))) if best is not None and spec.metric else None,
+            "score": nan_to_none(plain(best_score)),
         },
         "scope": spec.best.scope,
         "checkpoint_score": None if spec.checkpoint_score is None else dict(zip(("metric", "mode"),
@@ -369,20 +371,21 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
                       best_schedule=schedule)
 
 
-def _best(spec: Spec, grid: ResultGrid, statuses: list[str], front: set[str] | None = None,
+def _best(spec: Spec, grid: ResultGrid, statuses: list[str], scores: list[Any], front: set[str] | None = None,
           ids: list[str] | None = None):
     """The best trial's ``ray.tune.Result`` by :mod:`tuner.best`'s rule, or None.
 
     Like Ray's ``ResultGrid.get_best_result(scope=spec.best.scope, filter_nan_and_inf=True)``,
     but a trial that ended in ERROR, or that fails a constraint, is never the best: its last
-    value is not a result. ``front``: the Pareto front's trial ids (several objectives), the
-    only candidates; ``ids``: the trials' ids in the grid's order.
+    value is not a result. ``scores``: each trial's score (:func:`_score`), in the grid's order;
+    ``front``: the Pareto front's trial ids (several objectives), the only candidates; ``ids``: the
+    trials' ids in the grid's order.
     """
     if not spec.metric:
         return None
     ids = ids or _trial_ids(grid)
-    pick = best_of(zip(_results(grid), statuses, ids), spec.mode,
-                   value=lambda c: _score(spec, c[0]),
+    pick = best_of(zip(_results(grid), statuses, ids, scores), spec.mode,
+                   value=lambda c: c[3],
                    status=lambda c: ERROR if c[0].error is not None else c[1],
                    trial_id=lambda c: (c[0].metrics or {}).get("trial_id") or Path(c[0].path).name,
                    feasible=lambda c: is_feasible(c[0].metrics, spec.constraints),
