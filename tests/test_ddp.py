@@ -81,6 +81,10 @@ def test_ddp_trials_resume_a_worker_crash_on_all_ranks_and_asha_releases_their_w
         seed = int(m["trial_seed"])
         assert json.loads(m["seeds"]) == [[seed, seed + r, random.Random(seed + r).random()] for r in (0, 1)]
     assert df["trial_seed"].nunique() == 3
+    # On this one-node Ray the trials' controllers never asked Ray Data's autoscaling coordinator for
+    # resources, so Ray Train never started it (a named, detached actor: still listed if it ever ran).
+    assert not [a for a in ray_local.util.list_named_actors(all_namespaces=True)
+                if a["name"] == "AutoscalingCoordinator"]
 
 
 def test_ddp_plan(tmp_path, run_cli):
@@ -167,3 +171,38 @@ def test_no_gpu_metrics_on_cpu():
     from tuner import trial
 
     assert trial._gpu_metrics() == {}
+
+
+def test_lean_trainer_leaves_out_only_what_it_names():
+    """tuner's TorchTrainer starts Ray Train's controller with its own callbacks but two, which would each
+    start an actor per trial; a trainer given datasets keeps the one that serves them."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from tuner.ray_internals import lean_torch_trainer
+
+    def names(trainer):
+        return [type(cb).__name__ for cb in trainer._create_default_callbacks()]
+
+    kwargs = {"scaling_config": ray.train.ScalingConfig(num_workers=2),
+              "run_config": ray.train.RunConfig(name="x", storage_path="/tmp/unused")}
+    plain, lean = TorchTrainer(print, **kwargs), lean_torch_trainer(True)(print, **kwargs)
+    assert isinstance(lean, TorchTrainer)
+    assert [n for n in names(plain) if n not in ("PlacementGroupCleanerCallback", "DatasetsCallback")] == names(lean)
+    assert len(names(plain)) == len(names(lean)) + 2
+    with_data = lean_torch_trainer(True)(print, datasets={"train": [1, 2]}, **kwargs)
+    assert "DatasetsCallback" in names(with_data) and "PlacementGroupCleanerCallback" not in names(with_data)
+
+
+def test_lean_train_env_keeps_what_the_user_set(monkeypatch):
+    from tuner.ray_internals import (TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV,
+                                     lean_train_env)
+
+    monkeypatch.delenv(TRAIN_HEALTH_CHECK_INTERVAL_ENV, raising=False)
+    monkeypatch.delenv(TRAIN_PREEMPTION_WATCHER_ENV, raising=False)
+    assert lean_train_env(single_node=True) == {TRAIN_HEALTH_CHECK_INTERVAL_ENV: "0.5",
+                                                TRAIN_PREEMPTION_WATCHER_ENV: "0"}
+    assert lean_train_env(single_node=False) == {TRAIN_HEALTH_CHECK_INTERVAL_ENV: "0.5"}, \
+        "several nodes: the preemption watcher stays"
+    monkeypatch.setenv(TRAIN_HEALTH_CHECK_INTERVAL_ENV, "3")
+    assert lean_train_env(single_node=True) == {TRAIN_PREEMPTION_WATCHER_ENV: "0"}

@@ -89,6 +89,14 @@ def _qualname_owner(method: Any) -> Any:
     return getattr(module, method.__qualname__.rsplit(".", 1)[0])
 
 
+def _propagates_lean_train_env(names: Any) -> None:
+    """Ray Train passes every variable :func:`tuner.ray_internals.lean_train_env` sets on to its controller."""
+    from tuner.ray_internals import lean_train_env
+
+    missing = sorted(set(lean_train_env(single_node=True)) - set(names))
+    assert not missing, f"Ray Train no longer passes {missing} on to its controller"
+
+
 def all_of(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
     def check(obj: Any) -> None:
         for one in checks:
@@ -296,6 +304,38 @@ INTERNALS = [
              via="placement_group"),
     Internal("ray.util.placement_group.PlacementGroup", "tuner/trainable.py: release_placement_groups",
              params("id"), via="placement_group"),
+    # a DDP trial's leaner Ray Train launch (what each leaves out: test_lean_trainer_leaves_out_only_what_it_names)
+    Internal("ray.train.v2.api.data_parallel_trainer.DataParallelTrainer._create_default_callbacks",
+             "tuner/trainable.py: _train_launcher (the controller callbacks)",
+             source_has("DatasetsCallback(", "PlacementGroupCleanerCallback()"), via="lean_torch_trainer"),
+    Internal("ray.train.v2.api.data_parallel_trainer.DataParallelTrainer.fit",
+             "tuner/trainable.py: _train_launcher (the scaling policy reaches the controller as a keyword)",
+             source_has("self._initialize_and_run_controller(", "scaling_policy=create_scaling_policy("),
+             via="lean_torch_trainer"),
+    Internal("ray.train.v2.api.data_parallel_trainer.DataParallelTrainer._initialize_and_run_controller",
+             "tuner/trainable.py: _train_launcher", params("controller_init_kwargs"), via="lean_torch_trainer"),
+    Internal("ray.train.v2._internal.callbacks.DatasetsCallback", "tuner/trainable.py: _train_launcher",
+             source_has("RayDatasetShardProvider("), via="lean_torch_trainer"),
+    Internal("ray.train.v2._internal.callbacks.placement_group_callback.PlacementGroupCleanerCallback",
+             "tuner/trainable.py: _train_launcher", exists, via="lean_torch_trainer"),
+    Internal("ray.train.v2._internal.execution.scaling_policy.FixedScalingPolicy",
+             "tuner/trainable.py: _train_launcher (one node: no autoscaler requests)",
+             all_of(attrs("after_controller_start", "_maybe_send_resource_request", "_cancel_resource_request"),
+                    source_has("self._maybe_send_resource_request()")), via="lean_torch_trainer"),
+    Internal("ray.train.v2._internal.execution.scaling_policy.ScalingPolicy.after_controller_start",
+             "tuner/trainable.py: _train_launcher (the only place the coordinator client is made)",
+             source_has("TrainAutoscalingCoordinatorClient(", "self._send_resource_request()"),
+             via="lean_torch_trainer"),
+    Internal("ray.train.v2._internal.execution.scaling_policy.ScalingPolicy._cancel_resource_request",
+             "tuner/trainable.py: _train_launcher (no client: nothing to cancel)",
+             source_has("if self._coordinator_client is None:"), via="lean_torch_trainer"),
+    Internal("ray.train.v2._internal.constants.HEALTH_CHECK_INTERVAL_S_ENV_VAR", "tuner/trainable.py: _train_launcher",
+             equals("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"), via="TRAIN_HEALTH_CHECK_INTERVAL_ENV"),
+    Internal("ray.train.v2._internal.constants.ENABLE_PREEMPTION_WATCHER_ENV_VAR", "tuner/trainable.py: _train_launcher",
+             equals("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"), via="TRAIN_PREEMPTION_WATCHER_ENV"),
+    Internal("ray.train.v2._internal.constants.ENV_VARS_TO_PROPAGATE",
+             "tuner/trainable.py: _train_launcher (set in the trial's driver, they reach the controller)",
+             _propagates_lean_train_env, via="lean_train_env"),
     # Ray Tune's trials, experiment state and results (the values: test_run_objects_keep_the_attributes_tuner_uses)
     Internal("ray.train._internal.storage.StorageContext",
              "tuner/failures.py: ExperimentStopper, PlacementGroupReleaser; tuner/reporting.py: TableReporter",

@@ -24,7 +24,8 @@ __all__ = [
     # the trial's process
     "tune_session", "guard_session_report", "report_train_checkpoints", "trial_id_in_config", "in_tune_session",
     "trainable_config", "trial_creation_index", "TRAIN_CHECKPOINT_DIR",
-    "placement_group",
+    "placement_group", "lean_torch_trainer", "lean_train_env", "TRAIN_HEALTH_CHECK_INTERVAL_ENV",
+    "TRAIN_PREEMPTION_WATCHER_ENV",
     # Ray Tune's trials, experiment state and results
     "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
     "saved_stopper", "tune_run_catches_signals", "lean_callback_usage_tag",
@@ -201,6 +202,100 @@ def placement_group(pg_id: str) -> Any:
     from ray.util.placement_group import PlacementGroup
 
     return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+
+
+#: Ray Train V2's controller reads these environment variables (``ray.train.v2._internal.constants``,
+#: Ray 2.60), and passes the ones set in the process that calls ``TorchTrainer.fit`` on to the
+#: controller and the workers. tuner sets them in a DDP trial's driver unless the user did
+#: (:func:`lean_train_env`).
+TRAIN_HEALTH_CHECK_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+TRAIN_PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
+
+def lean_train_env(single_node: bool) -> dict[str, str]:
+    """Ray Train controller settings for a DDP trial, where the user has not set them.
+
+    - ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.5`` (Ray's default 2 s): the controller polls the
+      workers this often, so a finished train function, a report and a failed worker are seen
+      up to 2 s sooner. A trial's start and end each wait for one poll.
+    - ``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=0`` on a one-node Ray only: the watcher is an actor
+      per worker group (a Python process of its own) that watches other nodes being drained;
+      with one node there are none, and losing it ends the whole run anyway.
+
+    Args:
+        single_node: Whether the Ray cluster has one node.
+
+    Returns:
+        The variables to set (name to value), leaving out any already in ``os.environ``.
+    """
+    import os
+
+    wanted = {TRAIN_HEALTH_CHECK_INTERVAL_ENV: "0.5"}
+    if single_node:
+        wanted[TRAIN_PREEMPTION_WATCHER_ENV] = "0"
+    return {k: v for k, v in wanted.items() if k not in os.environ}
+
+
+def lean_torch_trainer(single_node: bool) -> type:
+    """``ray.train.torch.TorchTrainer`` without the controller work a tuner DDP trial does not use.
+
+    Two controller callbacks each start an actor, so a Python process, for every worker
+    group (Ray 2.60, ``DataParallelTrainer._create_default_callbacks``):
+
+    - ``DatasetsCallback`` starts a ``DatasetManager`` actor, which imports Ray Data, even
+      when the trainer has no ``datasets`` (tuner's never has: the train function loads its
+      own data). Left out only when there are no datasets.
+    - ``PlacementGroupCleanerCallback`` starts a detached ``PlacementGroupCleaner`` that
+      removes the workers' placement group if the controller dies. tuner does that itself
+      (:class:`tuner.failures.PlacementGroupReleaser`, from the id rank 0 records), also
+      where Ray's cleaner gives up (it asks the State API, which fails with several Ray
+      instances on one machine).
+
+    On a one-node Ray, the fixed scaling policy (``FixedScalingPolicy``, the one Ray builds
+    for a ``ScalingConfig`` without elasticity) also leaves out its resource requests to
+    Ray Data's autoscaling coordinator: the first request starts that actor (another
+    process, which imports Ray Data), and the controller waits for each request and each
+    cancel (up to 5 s each; ``AUTOSCALING_REQUESTS_GET_TIMEOUT_S``). They ask an autoscaler
+    for nodes, and a one-node Ray has no autoscaler to ask.
+
+    Everything else (the controller, its failure handling, the process group, checkpoints,
+    the report path to Tune) is Ray Train's own.
+
+    Args:
+        single_node: Whether the Ray cluster has one node.
+
+    Returns:
+        A subclass of ``TorchTrainer``, taking the same arguments.
+    """
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+
+    from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+
+    class OneNodeScalingPolicy(FixedScalingPolicy):
+        """Ray Train's fixed scaling policy, without its resource requests to the autoscaler."""
+
+        def after_controller_start(self, train_run_context):
+            pass
+
+        def _maybe_send_resource_request(self):
+            pass
+
+    class LeanTorchTrainer(TorchTrainer):
+        def _create_default_callbacks(self):
+            unused: tuple[type, ...] = (PlacementGroupCleanerCallback,)
+            if not self.datasets:
+                unused += (DatasetsCallback,)
+            return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, unused)]
+
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            policy = controller_init_kwargs.get("scaling_policy")
+            if single_node and type(policy) is FixedScalingPolicy:
+                controller_init_kwargs["scaling_policy"] = OneNodeScalingPolicy(self.scaling_config)
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
+
+    return LeanTorchTrainer
 
 
 # --------------------------------------------------------------------------- Tune's trials, state and results
