@@ -225,7 +225,7 @@ def travel_problems(root: Path = ROOT, pack_dir: Path | None = None) -> tuple[in
 def device_command(pack_dir: str) -> str:
     """The exact call of the device tool (``run``) that runs the suite on the GPU machine."""
     return (f'run(command="python3 benchmarks/gpu_suite.py run --pack {pack_dir} --out \\"$OUT\\"", '
-            f'carry=["{pack_dir}"], timeout_s=540)')
+            f'carry=["{pack_dir}"], timeout_s=420)')
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
@@ -296,6 +296,11 @@ def install(pack_dir: Path, target: Path = SITE_DIR) -> Path:
     wheels = sorted(Path(pack_dir).glob("*.whl"))
     if not wheels:
         raise FileNotFoundError(f"no wheels in {pack_dir}; run `python benchmarks/gpu_suite.py pack` first")
+    manifest = Path(pack_dir) / MANIFEST_NAME
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if manifest.exists() and json.loads(manifest.read_text()).get("python") != here:
+        print(f"warning: the pack was made for Python {json.loads(manifest.read_text()).get('python')}, this is "
+              f"Python {here}: its compiled wheels (ray, pydantic-core, rpds-py) will not load", flush=True)
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -613,8 +618,8 @@ def gpu_metrics(packing: dict, oom: dict, dry: bool) -> dict:
         present = [v for v in values if v is not None]
         out[key] = {"trials": len(values), "present": len(present), "min": min(present) if present else None,
                     "max": max(present) if present else None}
-    out["note"] = ("on CPU tuner reports neither (they are GPU-only), so a dry run finds none" if dry
-                   else "each trial's last result")
+    out["note"] = ("tuner reports them on a GPU only, so a CPU dry run finds none" if dry
+                   else "each trial's last result, over the packing runs and the out-of-memory trial")
     return out
 
 
@@ -736,8 +741,9 @@ def _error(part: dict) -> str:
     return f"**Failed**: `{part['error']}` (traceback in the JSON).\n\n" if "error" in part else ""
 
 
-def render(record: dict) -> str:
-    """The Markdown body of the GPU section from a run's record (``gpu_suite.json``)."""
+def render(record: dict, note: str = "") -> str:
+    """The Markdown body of the GPU section from a run's record (``gpu_suite.json``), with ``note`` (a paragraph
+    on how this run was made) before the device line."""
     dry, label, dev = record["dry_run"], record["label"], record["device"]
     mark = f" ({label})" if dry else ""
     out = []
@@ -749,16 +755,19 @@ def render(record: dict) -> str:
         out.append("```bash\npython benchmarks/gpu_suite.py pack --out gpu_pack     # here: ~48 MiB of wheels, "
                    "git-ignored\n# device tool: " + device_command("gpu_pack") + "\npython benchmarks/gpu_suite.py "
                    f"render <files_at>/{JSON_NAME} --output docs/benchmarks.md\n```\n")
+        out.append(note.strip() + "\n" if note.strip() else "")
         out.append("Everything below is a **CPU dry run** of the suite's plumbing at tiny sizes (CPU-only trials in "
                    "place of GPU fractions, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo); "
                    f"every figure is marked \"{DRY_LABEL}\" and says nothing about a GPU.\n")
+    elif note.strip():
+        out.append(note.strip() + "\n")
     out.append(f"Device: {dev.get('gpu')} ({dev.get('gpus')} GPU(s); nvidia-smi: {dev.get('nvidia_smi') or '—'}); "
                f"{dev.get('cpus')} CPUs, {record.get('cpu_model')}; Python {dev.get('python')}, "
                f"torch {dev.get('torch')} (CUDA {dev.get('cuda')}), Ray {record.get('ray')}, "
                f"{record.get('version')}.\n")
     pk = record.get("packing", {})
     out.append(f"**1. Fractional GPUs: MNIST trials per hour**{mark}. `search_spaces/mnist_asha.yaml` under FIFO "
-               "(the same 16-configuration sampling seed at every fraction), one experiment per fraction on one "
+               "(seed 0: the same sampled configurations at every fraction), one experiment per fraction on one "
                "local Ray; wall = the `tune_model` call; at once = the most trials running together (from each "
                "trial's first and last moment in its train function).\n")
     out.append(_error(pk) + "| gpu per trial | resources | trials | epochs | finished | at once | wall (s) | "
@@ -770,9 +779,9 @@ def render(record: dict) -> str:
                    f"{_f(r['ratio_to_first'])} | {_f(r['best_val_accuracy'], 3)} | {label} |")
     amp = record.get("amp", {})
     out.append(f"\n**2. AMP against fp32: step time**{mark}. Forward under `trial.autocast()`, backward and SGD "
-               f"step through `trial.scaler()` (tuner's `amp: true`; here {amp.get('amp_dtype')}); median of "
-               f"{amp.get('steps')} steps after {amp.get('warmup')}; TF32 matmul {amp.get('tf32_matmul')}, "
-               f"cuDNN TF32 {amp.get('tf32_cudnn')} (torch's defaults).\n")
+               f"step through `trial.scaler()` (tuner's `amp: true`; here {amp.get('amp_dtype')}); the median of "
+               f"{amp.get('steps')} timed steps after {amp.get('warmup')} untimed; TF32 matmul "
+               f"{amp.get('tf32_matmul')}, cuDNN TF32 {amp.get('tf32_cudnn')} (torch's defaults).\n")
     out.append(_error(amp) + "| model | batch | input | fp32 (ms / step) | AMP (ms / step) | fp32 / AMP | figure |"
                "\n|---|---|---|---|---|---|---|")
     for r in amp.get("rows", []):
@@ -790,7 +799,7 @@ def render(record: dict) -> str:
                    f"{oom['batch_size']} | {_f(oom['batch_size_used'])} | {oom['expected_batch']} | {oom['status']} | "
                    f"{'yes' if oom['halved'] else 'NO'} | {'yes' if oom['finished'] else 'NO'} | {label} |")
     met = record.get("metrics", {})
-    out.append(f"\n**4. GPU metrics in the results**{mark} ({met.get('note', '')}).\n")
+    out.append(f"\n**4. GPU metrics in the results**{mark}: {met.get('note', '')}.\n")
     out.append("| key | trials | present | min | max | figure |\n|---|---|---|---|---|---|")
     for key in ("gpu_memory_peak_bytes", "gpu_utilization_percent"):
         m = met.get(key, {})
@@ -811,10 +820,11 @@ def render(record: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_outputs(record: dict, out_dir: Path | None, output: Path | None, preamble: str = "") -> None:
+def write_outputs(record: dict, out_dir: Path | None, output: Path | None, note: str = "") -> None:
+    """Write ``gpu_suite.json`` and ``gpu_suite.md`` into ``out_dir``, and the section into ``output``."""
     from benchmarks._common import write_section
 
-    body = preamble + render(record)
+    body = render(record, note)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / JSON_NAME).write_text(json.dumps(record, indent=1, default=str))
@@ -830,13 +840,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return subprocess.run([sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]], env=env).returncode
     record = measure(args)
     out_dir = Path(args.out) if args.out else None
-    write_outputs(record, out_dir, args.output, preamble=args.preamble or "")
+    write_outputs(record, out_dir, args.output, args.note)
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     record = json.loads(Path(args.record).read_text())
-    write_outputs(record, None, args.output, preamble=args.preamble or "")
+    write_outputs(record, None, args.output, args.note)
     return 0
 
 
@@ -861,12 +871,12 @@ def parser() -> argparse.ArgumentParser:
                     help="GPU fractions per trial (default 1,0.5,0.25)")
     rn.add_argument("--cpu-per-trial", type=float, default=2, help="CPUs per trial or DDP worker on the GPU machine")
     rn.add_argument("--skip-ddp", action="store_true", help="record DDP as skipped")
-    rn.add_argument("--preamble", default="", help="Markdown put before the tables")
+    rn.add_argument("--note", default="", help="a Markdown paragraph on how this run was made, before the tables")
     rn.set_defaults(func=cmd_run)
     rd = sub.add_parser("render", help=f"write the section from a run's {JSON_NAME}")
     rd.add_argument("record", type=Path)
     rd.add_argument("--output", type=Path, default=None)
-    rd.add_argument("--preamble", default="")
+    rd.add_argument("--note", default="", help="a Markdown paragraph on how the run was made, before the tables")
     rd.set_defaults(func=cmd_render)
     return p
 
