@@ -447,11 +447,17 @@ def measure_amp(dry: bool) -> dict:
               ("ResNet-18, 32x32 inputs" + (" (width 8: dry run)" if dry else ""),
                (lambda: resnet18_32(width=8)) if dry else resnet18_32, (3, 32, 32), 2 if dry else 256)]
     rows = []
-    for name, build, shape, batch in models:
-        fp32 = step_time(build, shape, batch, False, warmup, steps)
-        amp = step_time(build, shape, batch, True, warmup, steps)
-        rows.append({"model": name, "batch": batch, "input": "x".join(map(str, shape)), "fp32_s": fp32,
-                     "amp_s": amp, "speedup": fp32 / amp})
+    threads = torch.get_num_threads()
+    if dry:  # one CPU thread: on a busy machine torch's idle OpenMP threads spin and burn CPU time
+        torch.set_num_threads(1)
+    try:
+        for name, build, shape, batch in models:
+            fp32 = step_time(build, shape, batch, False, warmup, steps)
+            amp = step_time(build, shape, batch, True, warmup, steps)
+            rows.append({"model": name, "batch": batch, "input": "x".join(map(str, shape)), "fp32_s": fp32,
+                         "amp_s": amp, "speedup": fp32 / amp})
+    finally:
+        torch.set_num_threads(threads)
     return {"amp_dtype": amp_dtype, "warmup": warmup, "steps": steps, "rows": rows,
             "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
             "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32)}
