@@ -24,8 +24,12 @@ protobuf) but no Ray, Python 3.12, and takes at most 64 MiB of uploads: so the s
 brings its own wheels. Three steps:
 
     python benchmarks/gpu_suite.py pack --out gpu_pack          # here: download, slim Ray, check the size
-    python benchmarks/gpu_suite.py run --pack gpu_pack --out "$OUT"   # on the GPU machine
+    python benchmarks/gpu_suite.py run --pack gpu_pack --out "$OUT"   # on the GPU machine (carry gpu_pack)
     python benchmarks/gpu_suite.py render OUT/gpu_suite.json --output docs/benchmarks.md   # here
+
+``pack`` prints the device tool's exact call (:func:`device_command`); the run takes about four minutes
+at the default sizes (an estimate: it has not run on a GPU yet), and writes its JSON after each
+measurement, so a run cut off by its time limit keeps what it measured.
 
 ``run`` installs the carried wheels into a folder (``pip install --no-index --no-deps
 --target``; torch and the rest come from the machine), runs again with that folder on
