@@ -353,3 +353,74 @@ def test_warm_start_benchmark_counts_the_iterations_to_the_first_experiments_reg
     assert iterations_to([4.0, 2.0, 1.0], 2.0) == 2
     assert iterations_to([1.0], 1.0) == 1
     assert math.isinf(iterations_to([4.0, 3.0], 1.0))
+
+
+# --------------------------------------------------------------------------- the GPU suite (benchmarks/gpu_suite.py)
+
+
+def test_gpu_suite_pack_selection_size_and_travel(tmp_path):
+    """What `gpu_suite.py pack` carries is complete for the device's Python, pinned to the tested versions, and
+    refused when it (with the repository's files) is over the upload limit; tuner's own files travel."""
+    from importlib import metadata
+
+    from benchmarks import gpu_suite as g
+
+    assert g.requirements({"ray": "2.60.0", "pydantic": "2.14.4"}, ["ray", "pydantic"]) == ["ray==2.60.0",
+                                                                                              "pydantic==2.14.4"]
+    with pytest.raises(ValueError, match="not installed here.*: pydantic"):
+        g.requirements({"ray": "2.60.0", "pydantic": None}, ["ray", "pydantic"])
+    # The real pack against this venv's metadata: every unconditional dependency is carried or on the device.
+    assert g.uncovered_dependencies(lambda n: metadata.requires(n) or []) == {}
+    fake = {"a": ["b>=1", "c; python_version < '3.11'", "d; extra == 'x'", "Torch>=2", "e; python_version >= '3.12'"],
+            "data": ["scipy-not-needed"]}
+    gaps = g.uncovered_dependencies(fake.get, pack=["a", "data"], device_has=["torch"], not_needed=[],
+                                    python_version="3.12", data_only=["data"])
+    assert gaps == {"a": ["b>=1", 'e; python_version >= "3.12"']}
+    assert "ray" in g.PACK and not set(map(g._norm, g.PACK)) & set(map(g._norm, g.DEVICE_HAS))
+    mib = 2**20
+    total, problems = g.size_check({"ray-2.60.0-cp312.whl": 43 * mib, "pydantic_core.whl": 2 * mib}, 3 * mib)
+    assert total == 48 * mib and problems == []
+    _, problems = g.size_check({"ray-2.60.0-cp312.whl": 60 * mib}, 5 * mib)
+    assert len(problems) == 1 and "65.0 MiB (pack 60.0 MiB + repository 5.0 MiB) is over the 64 MiB" in problems[0]
+    assert g.size_check({"x.whl": 1}, 0)[1] == ["no ray wheel in the pack"]
+    repo_bytes, problems = g.travel_problems(ROOT, ROOT / "gpu_pack")
+    assert problems == [] and 0 < repo_bytes < g.UPLOAD_LIMIT_BYTES
+    _, problems = g.travel_problems(ROOT, ROOT / "docs")  # a folder git does not ignore cannot be the pack
+    assert problems == ["docs/ is not git-ignored: it would travel as project files, not as carry"]
+    assert 'carry=["gpu_pack"]' in g.device_command("gpu_pack")
+    assert g.peak_overlap([(0, 2), (1, 3), (3, 4)]) == 2 and g.peak_overlap([]) == 0
+    assert g.spans("1.0 a\n2.5 b\n3.0 a\n") == [(1.0, 3.0), (2.5, 2.5)]
+    assert g.oom_sizes(80 * 2**30) == {"batch_size": 64, "bytes_per_sample": 80 * 2**30 // 32, "expected_batch": 16}
+
+
+def test_gpu_suite_dry_run_writes_every_section(ray_local, tmp_path):
+    """`gpu_suite.py run --dry-run` on the session's Ray: every measurement's plumbing on CPU, every figure marked
+    as a dry run; the OOM back-off halves the batch twice and the trial finishes. (DDP's worker-group start-up
+    would cost ~15 s here, so this run records it as skipped; the DDP case runs in the full dry run.)"""
+    import json
+
+    from benchmarks import gpu_suite as g
+
+    out, doc = tmp_path / "out", tmp_path / "bench.md"
+    args = g.parser().parse_args(["run", "--dry-run", "--trials", "1", "--fractions", "0.5", "--skip-ddp",
+                                  "--out", str(out), "--output", str(doc)])
+    assert g.cmd_run(args) == 0
+    record = json.loads((out / g.JSON_NAME).read_text())
+    text = doc.read_text()
+    assert text == "# Benchmarks\n\n" + (out / g.MD_NAME).read_text()
+    assert f"## {g.HEADING}" in text and "**Failed**" not in text and "CPU dry run" in text
+    for part in ("1. Fractional GPUs", "2. AMP against fp32", "3. CUDA out of memory", "4. GPU metrics",
+                 "5. DDP against a single process"):
+        assert f"**{part}" in text, part
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| -")]
+    figures = [r for r in rows if g.DRY_LABEL in r]
+    assert len(figures) == 1 + 2 + 1 + 2 and all(r.endswith(f"| {g.DRY_LABEL} |") for r in figures)
+    (run,) = record["packing"]["runs"]
+    assert run["finished"] == 1 and run["peak_at_once"] == 1 and run["trials_per_hour"] > 0
+    assert [r["speedup"] > 0 for r in record["amp"]["rows"]] == [True, True] and record["amp"]["amp_dtype"] == "bfloat16"
+    oom = record["oom"]
+    assert (oom["batch_size_used"], oom["halved"], oom["finished"], oom["status"]) == (16, True, True, "TERMINATED")
+    assert record["metrics"]["gpu_memory_peak_bytes"]["present"] == 0  # GPU-only keys
+    assert record["ddp"]["skipped"] == "--skip-ddp" and "Skipped: --skip-ddp." in text
+    measured = g.render({**record, "dry_run": False, "label": g.GPU_LABEL})
+    assert g.DRY_LABEL not in measured and g.GPU_LABEL in measured

