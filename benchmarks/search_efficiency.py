@@ -266,6 +266,8 @@ def _load(paths: list[Path]) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10, help="seeds per method and objective (default 10)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (default 0): seeds first..first+seeds-1, to split a run into parts")
     parser.add_argument("--budget", type=float, default=10,
                         help="budget per experiment, in full-fidelity evaluations (x max_t iterations; default 10)")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES),
@@ -300,7 +302,8 @@ def main(argv=None) -> None:
     from benchmarks._common import code_version
 
     # Seed by seed: a run cut short has every method of its first seeds.
-    wanted = [(o, m, seed) for seed in range(args.seeds) for o in objectives for m in methods]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    wanted = [(o, m, seed) for seed in seeds for o in objectives for m in methods]
     load_before = load_average()
     done: list[dict] = []
 
@@ -337,7 +340,7 @@ def main(argv=None) -> None:
         runs, total_s = _run_all(args, wanted, progress)
         load_after = load_average()
     save(runs, total_s, load_before, load_after, versions)
-    runs = [r for r in runs if r["objective"] in objectives and r["method"] in methods and r["seed"] < args.seeds]
+    runs = [r for r in runs if r["objective"] in objectives and r["method"] in methods and r["seed"] in seeds]
 
     # Curves on a grid of budget points (in iterations).
     tables, plots = [], []
@@ -393,6 +396,7 @@ def main(argv=None) -> None:
     lines = [
         machine_line(load_before, load_after, " + ".join(versions) or None),
         f"Command: `python benchmarks/search_efficiency.py --seeds {args.seeds} --budget {args.budget:g}"
+        f"{'' if args.first_seed == 0 else f' --first-seed {args.first_seed}'}"
         f"{'' if args.objectives == ','.join(OBJECTIVES) else f' --objectives {args.objectives}'}"
         f"{'' if args.methods == ','.join(ALL_METHODS) else f' --methods {args.methods}'}`; "
         f"{len(runs)} experiments ({len(seeds_run)} seed{'' if len(seeds_run) == 1 else 's'}) in "
