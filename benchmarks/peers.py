@@ -114,8 +114,10 @@ def run_peer(objective: str, peer: str, seed: int, budget_steps: int) -> dict:
         completed.append((len(steps), trial_id))
         return value
 
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed),
-                                pruner=pruner_for(peer, obj.max_t))
+    # A fixed study name: HyperbandPruner puts a trial in a bracket by a hash of the study's name and the
+    # trial's number, so a generated name would make the same seed give other brackets, another run.
+    study = optuna.create_study(study_name=f"{objective}-{peer}-{seed}", direction="minimize",
+                                sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner_for(peer, obj.max_t))
     start = time.perf_counter()
     # More trials than the budget can ever use (each runs a step at least): the budget ends it.
     study.optimize(train, n_trials=budget_steps + 1)

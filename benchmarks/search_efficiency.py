@@ -341,6 +341,14 @@ def main(argv=None) -> None:
         load_after = load_average()
     save(runs, total_s, load_before, load_after, versions)
     runs = [r for r in runs if r["objective"] in objectives and r["method"] in methods and r["seed"] in seeds]
+    # Only the seeds with every experiment (a run cut short, or saved runs that lack some), so that every
+    # method is measured on the same seeds.
+    have = {(r["objective"], r["method"], r["seed"]) for r in runs}
+    complete = [seed for seed in seeds if all((o, m, seed) in have for o in objectives for m in methods)]
+    if not complete:
+        raise SystemExit("no seed has a run of every objective and method")
+    partial = sorted({r["seed"] for r in runs} - set(complete))
+    runs = [r for r in runs if r["seed"] in complete]
 
     # Curves on a grid of budget points (in iterations).
     tables, plots = [], []
@@ -392,7 +400,7 @@ def main(argv=None) -> None:
         if have_matplotlib():
             plots.append(_plot(objective, obj, points, agg, threshold, args.img_dir))
 
-    seeds_run = sorted({r["seed"] for r in runs})
+    seeds_run = complete
     lines = [
         machine_line(load_before, load_after, " + ".join(versions) or None),
         f"Command: `python benchmarks/search_efficiency.py --seeds {args.seeds} --budget {args.budget:g}"
@@ -403,7 +411,8 @@ def main(argv=None) -> None:
         f"{total_s / 60:.1f} min, tuner's methods on one local Ray "
         f"with {args.num_cpus} CPUs ({args.cpu_per_trial:g} CPU a trial), the peers in one process without Ray. "
         f"Budget: {args.budget:g} full-fidelity evaluations per experiment, counted in training iterations (every "
-        "step of every trial, stopped, pruned or not); random+fifo spends it on full-fidelity trials only.",
+        "step of every trial, stopped, pruned or not); random+fifo spends it on full-fidelity trials only."
+        + (f" Seeds {partial} lack some experiments and are left out." if partial else ""),
         "",
         "Methods: tuner's five (a spec each, run by `tune_model`) and two peers, Optuna's own loop without Ray or "
         "tuner (`benchmarks/peers.py`): `optuna.create_study` + `study.optimize` with `TPESampler(seed)` and "

@@ -100,6 +100,9 @@ def test_optuna_peer_spends_the_budget_exactly_and_prunes():
         assert len(order) == len(per_trial)
         best = min((steps[rank - 1][1], steps[rank - 1][2]) for rank, _ in completed)
         assert optuna_regret_curve(steps, completed, -1.0, 1050)[-1] == best[1] + 1.0
+    # The same seed, the same study (HyperbandPruner's brackets hash the study's name).
+    again = run_peer("lc_toy", "peer-optuna+hyperband", seed=0, budget_steps=1050)
+    assert again["steps"] == run_peer("lc_toy", "peer-optuna+hyperband", seed=0, budget_steps=1050)["steps"]
 
 
 def test_iqm_and_sections(tmp_path):
