@@ -401,14 +401,18 @@ def main(argv=None) -> None:
             plots.append(_plot(objective, obj, points, agg, threshold, args.img_dir))
 
     seeds_run = complete
+    parts = (f" (run in {len(args.load_runs)} parts merged by --load-runs, some side by side; their times added)"
+             if args.load_runs and len(args.load_runs) > 1 else "")
     lines = [
-        machine_line(load_before, load_after, " + ".join(versions) or None),
+        machine_line(load_before, load_after, _same_tuner(versions)),
         f"Command: `python benchmarks/search_efficiency.py --seeds {args.seeds} --budget {args.budget:g}"
         f"{'' if args.first_seed == 0 else f' --first-seed {args.first_seed}'}"
         f"{'' if args.objectives == ','.join(OBJECTIVES) else f' --objectives {args.objectives}'}"
         f"{'' if args.methods == ','.join(ALL_METHODS) else f' --methods {args.methods}'}`; "
         f"{len(runs)} experiments ({len(seeds_run)} seed{'' if len(seeds_run) == 1 else 's'}) in "
-        f"{total_s / 60:.1f} min, tuner's methods on one local Ray "
+        f"{total_s / 60:.1f} min"
+        f"{parts}"
+        ", tuner's methods on one local Ray "
         f"with {args.num_cpus} CPUs ({args.cpu_per_trial:g} CPU a trial), the peers in one process without Ray. "
         f"Budget: {args.budget:g} full-fidelity evaluations per experiment, counted in training iterations (every "
         "step of every trial, stopped, pruned or not); random+fifo spends it on full-fidelity trials only."
@@ -471,6 +475,26 @@ def main(argv=None) -> None:
     elif not have_matplotlib():
         lines += ["", "(No plots: matplotlib is not installed; `pip install matplotlib` and run again.)"]
     write_section(args.output, HEADING, "\n".join(lines))
+
+
+def _same_tuner(versions: list[str]) -> str | None:
+    """The code versions of merged runs, as one when their ``tuner/`` trees are the same (the parts of a
+    run made while only ``benchmarks/`` changed): ``tuner 5c9ac3d``, else ``tuner a + tuner b``."""
+    import subprocess
+
+    def tree(version: str) -> str | None:
+        sha = version.split()[1] if version.startswith("tuner ") and "uncommitted" not in version else None
+        if not sha:
+            return None
+        proc = subprocess.run(["git", "rev-parse", f"{sha}:tuner"], cwd=ROOT, capture_output=True, text=True)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    if not versions:
+        return None
+    trees = {tree(v) for v in versions}
+    if len(versions) > 1 and len(trees) == 1 and None not in trees:
+        return f"{versions[0]} (tuner/ the same in all {len(versions)} parts)"
+    return " + ".join(versions)
 
 
 def _peer_target(objectives, tuner_methods, peers, finals, tuner_rule) -> list[str]:
