@@ -493,7 +493,7 @@ def _same_tuner(versions: list[str]) -> str | None:
         return None
     trees = {tree(v) for v in versions}
     if len(versions) > 1 and len(trees) == 1 and None not in trees:
-        return f"{versions[0]} (tuner/ the same in all {len(versions)} parts)"
+        return f"{versions[0]} (tuner/ the same in every part)"
     return " + ".join(versions)
 
 
