@@ -268,13 +268,32 @@ def iqm_bootstrap(values, reps: int = 1000, seed: int = 0):
     Returns:
         ``(iqm, low, high)``, each of shape (points,).
     """
+    return _bootstrap(values, iqm, reps, seed)
+
+
+def median_bootstrap(values, reps: int = 1000, seed: int = 0):
+    """Median over seeds (axis 0) with a 95 % percentile bootstrap interval (seeds resampled
+    with replacement), as :func:`iqm_bootstrap`.
+
+    Args:
+        values: Array (seeds, points).
+
+    Returns:
+        ``(median, low, high)``, each of shape (points,).
+    """
+    import numpy as np
+
+    return _bootstrap(values, lambda a, axis: np.median(a, axis=axis), reps, seed)
+
+
+def _bootstrap(values, stat, reps: int, seed: int):
     import numpy as np
 
     a = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, a.shape[0], size=(reps, a.shape[0]))
-    boots = np.stack([iqm(a[i], axis=0) for i in idx])
-    return iqm(a, axis=0), np.percentile(boots, 2.5, axis=0), np.percentile(boots, 97.5, axis=0)
+    boots = np.stack([stat(a[i], axis=0) for i in idx])
+    return stat(a, axis=0), np.percentile(boots, 2.5, axis=0), np.percentile(boots, 97.5, axis=0)
 
 
 def have_matplotlib() -> bool:

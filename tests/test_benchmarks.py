@@ -68,6 +68,43 @@ def test_regret_follows_the_trial_tuner_would_return():
     assert math.isinf(budget_to_reach([4.0, 3.0], 1.0, [10, 20]))
 
 
+def test_optuna_regret_follows_optunas_best_completed_trial():
+    from benchmarks.search_efficiency import optuna_regret_curve, regret_curve
+
+    # (trial, reported value, true value); optimum 0. "a" completes at step 2 (final 5.0), "b" is
+    # pruned at 1.0 (Optuna never returns it), "c" completes at step 5 with a better final value.
+    steps = [("a", 6.0, 4.0), ("a", 5.0, 4.0), ("b", 1.0, 3.0), ("c", 8.0, 2.0), ("c", 4.0, 2.0)]
+    assert optuna_regret_curve(steps, [(2, "a"), (5, "c")], 0.0, 6) == [4.0, 4.0, 4.0, 4.0, 2.0, 2.0]
+    # Tuner's rule takes the pruned trial's latest value; before a trial completes, both agree.
+    assert regret_curve(steps, 0.0, 5)[2] == 3.0
+    assert optuna_regret_curve(steps, [(5, "c")], 0.0, 5)[:4] == regret_curve(steps, 0.0, 5)[:4]
+
+
+def test_optuna_peer_spends_the_budget_exactly_and_prunes():
+    """Optuna's own loop (no Ray): every step counted, pruned or not, and the study cut at the budget."""
+    from collections import Counter
+
+    from benchmarks.peers import PEERS, run_peer
+    from benchmarks.search_efficiency import optuna_regret_curve
+
+    for peer in PEERS:
+        run = run_peer("lc_toy", peer, seed=0, budget_steps=1050)  # 10.5 full trials
+        steps, completed = run["steps"], run["completed"]
+        assert len(steps) == 1050 and run["trials"] == len({s[0] for s in steps})
+        per_trial = Counter(s[0] for s in steps)
+        assert {per_trial[t] for _, t in completed} == {100}  # a completed trial ran every step
+        assert len(completed) < run["trials"] - 1  # some were pruned early
+        assert all(steps[rank - 1][0] == t for rank, t in completed)
+        # Trials run one at a time: each trial's steps are contiguous, and only the last may be cut short.
+        order = [t for i, (t, _, _) in enumerate(steps) if i == 0 or steps[i - 1][0] != t]
+        assert len(order) == len(per_trial)
+        best = min((steps[rank - 1][1], steps[rank - 1][2]) for rank, _ in completed)
+        assert optuna_regret_curve(steps, completed, -1.0, 1050)[-1] == best[1] + 1.0
+    # The same seed, the same study (HyperbandPruner's brackets hash the study's name).
+    again = run_peer("lc_toy", "peer-optuna+hyperband", seed=0, budget_steps=1050)
+    assert again["steps"] == run_peer("lc_toy", "peer-optuna+hyperband", seed=0, budget_steps=1050)["steps"]
+
+
 def test_iqm_and_sections(tmp_path):
     import numpy as np
 
@@ -117,14 +154,26 @@ def test_scale_benchmark_writes_ratio_rss_and_report_time(tmp_path):
 def test_search_efficiency_benchmark_writes_regret_tables_and_plots(tmp_path):
     out = tmp_path / "bench.md"
     img = tmp_path / "img"
+    saved = tmp_path / "runs.json"
     _bench("benchmarks/search_efficiency.py", "--seeds", "1", "--budget", "0.3", "--objectives", "lc_toy",
-           "--methods", "random+fifo,random+asha", "--bootstrap", "50", "--output", out, "--img-dir", img)
+           "--methods", "random+fifo,random+asha,peer-optuna+hyperband", "--bootstrap", "50", "--output", out,
+           "--img-dir", img, "--save-runs", saved)
     text = out.read_text()
     assert "## Search efficiency" in text and "Machine: " in text
-    for method in ("random+fifo", "random+asha"):
+    for method in ("random+fifo", "random+asha", "peer-optuna+hyperband"):
         (row,) = _table_rows(text, method)
-        assert len(_numbers(row)) >= 3
-    assert "Target (ASHA and BOHB" in text
+        assert len(_numbers(row)) >= 4
+    assert "Target (ASHA and BOHB" in text and "Target (issue 18)" in text
+    (target,) = _table_rows(text, "Ray Tune learning-curve toy")
+    assert "peer-optuna+hyperband" in target
+    # A peer added to the saved runs: only it runs (no Ray), the others are read back as they were.
+    out2 = tmp_path / "bench2.md"
+    _bench("benchmarks/search_efficiency.py", "--seeds", "1", "--objectives", "lc_toy", "--methods",
+           "random+fifo,random+asha,peer-optuna+hyperband,peer-optuna+median", "--bootstrap", "50",
+           "--output", out2, "--img-dir", img, "--load-runs", saved, "--run-missing")
+    text2 = out2.read_text()
+    assert _table_rows(text2, "random+asha") == _table_rows(text, "random+asha")
+    assert len(_table_rows(text2, "peer-optuna+median")) == 1 and "4 experiments" in text2
     if importlib.util.find_spec("matplotlib") is None:
         return
     assert (img / "search_efficiency_lc_toy.png").stat().st_size > 0
