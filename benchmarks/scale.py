@@ -285,25 +285,35 @@ def growth_kind(ratio: float, size_ratio: float) -> tuple[float, str]:
     return k, kind
 
 
-# Why each figure grows as it does: one sentence a figure, filled in with the measured figures.
+# Why each figure grows as it does: one sentence a figure, filled in with the measured figures
+# (tuner's side; Ray's in brackets where it has one).
 WHY = {
-    "wall": "the trials run back to back in {cpus} slots, so the ideal grows as N; what tuner adds is per trial "
-            "(its callbacks and files) plus a fixed start-up and finish.",
-    "wall_ratio": "wall / ideal holds when the per-trial cost holds: {a_per_trial_ms:.0f} ms of wall time a "
-                  "trial over the ideal at {n1:,}, {a_per_trial_ms2:.0f} ms at {n2:,} (Ray alone: "
-                  "{b_per_trial_ms:.0f} and {b_per_trial_ms2:.0f} ms).",
-    "fit_ratio": "the same without Ray's start-up and shutdown and tuner's start and finish.",
-    "cpu": "the driver's CPU per trial: {cpu_ms:.0f} ms at {n1:,}, {cpu_ms2:.0f} ms at {n2:,}; Ray Tune rewrites "
-           "its whole experiment state (all trials) every few seconds, a cost that grows with N at each save.",
-    "rss": "the driver keeps every Trial object and its last result: {rss_kib:.0f} KiB a trial over the "
-           "{n1:,}-trial run, on top of a fixed Python + Ray + torch footprint.",
-    "folder": "one trial folder a trial ({per_trial_kib:.1f} KiB each at {n2:,}) plus Ray's experiment state, "
-              "which holds every trial's serialized Trial ({state_kib:.1f} KiB a trial).",
-    "files": "{files_per_trial:.1f} files a trial folder; the experiment's own files are a fixed few.",
-    "state": "every trial's serialized Trial (config, last result, paths), {state_kib:.1f} KiB a trial.",
-    "report": "a fixed start (Python, pandas) plus reading every trial's files: {report_ms:.1f} ms a trial.",
-    "json": "as the table.",
-    "html": "as the table, plus five plots drawn over every trial.",
+    "wall": "the trials run back to back in {cpus} slots, so the ideal grows as N; on top of it a fixed part "
+            "outside `Tuner.fit()` (Python, Ray's start-up and shutdown, tuner's plan and results: {fixed1:.1f} s "
+            "at {n1:,}, {fixed2:.1f} s at {n2:,}) and a part per trial inside it (next rows).",
+    "wall_ratio": "the fixed part weighs {r:g} x less at {n2:,} trials ({fixed_share1:.3f} -> {fixed_share2:.3f} "
+                  "of the ideal) while the part per trial changes as fit / ideal does.",
+    "fit_ratio": "each trial costs its 1 s plus {fit_ms1:.0f} ms of a slot at {n1:,}, {fit_ms2:.0f} ms at {n2:,} "
+                 "(Ray alone: {b_fit_ms1:.0f} and {b_fit_ms2:.0f} ms): the result, the trial's end, the next "
+                 "config sent to the reused actor, and the driver's loop over every trial at each step, which "
+                 "grows with N.",
+    "cpu": "{cpu_ms1:.0f} ms of driver CPU a trial at {n1:,}, {cpu_ms2:.0f} ms at {n2:,} (Ray alone: {b_cpu_ms1:.0f} "
+           "and {b_cpu_ms2:.0f}): the work per result is fixed, but Ray Tune rewrites its whole experiment state "
+           "(every trial) each save (every 2 s under tuner, `TUNE_GLOBAL_CHECKPOINT_S=2`; 10 s or more alone) "
+           "and walks every trial each step.",
+    "rss": "{rss_kib:.0f} KiB more a trial (Ray alone: {b_rss_kib:.0f}) on a fixed Python + Ray footprint: the "
+           "driver keeps every Trial object, with its last result and metric analysis, to the end.",
+    "folder": "one trial folder a trial ({per_trial_kib:.1f} KiB of files at {n2:,}) plus Ray's experiment state "
+              "({state_kib:.1f} KiB a trial) and tuner's copy of it in `.tuner_state/` (as much again).",
+    "files": "{files_per_trial:.0f} files a trial folder; the experiment's own files are a fixed few.",
+    "state": "every trial's serialized Trial (config, last result, metric analysis, pickled storage and "
+             "checkpoint manager), {state_kib:.1f} KiB a trial ({b_state_kib:.1f} for Ray alone).",
+    "report": "a fixed {report_fixed:.2f} s (Python, pandas, tuner's modules) plus {report_ms:.2f} ms a trial "
+              "(each trial's result files read).",
+    "json": "the table's reading plus parameter importances (Optuna's fANOVA, 64 trees over the trials): "
+            "{json_fixed:.2f} s fixed plus {json_ms:.2f} ms a trial.",
+    "html": "the json's figures plus the plots drawn over every trial: {html_fixed:.2f} s fixed plus "
+            "{html_ms:.2f} ms a trial.",
 }
 
 
@@ -314,27 +324,37 @@ def growth_section(first: dict, last: dict, num_cpus: int) -> list[str]:
     a1, a2 = first["a"], last["a"]
     b1, b2 = first["b"], last["b"]
 
-    def per_trial_ms(t, run):
-        return (t["wall_s"] - run["ideal_s"]) / run["trials"] * num_cpus * 1000
+    def fit_ms(t, run):  # the slot time a trial takes over its 1 s, inside Tuner.fit()
+        return (t["fit_s"] - run["ideal_s"]) / run["trials"] * num_cpus * 1000 if t else float("nan")
 
     def state_bytes(t):
         return t["folder"]["parts"][RAY_STATE][0]
 
+    def line(fmt):  # intercept (s) and slope (ms a trial) of the report's time through the two sizes
+        t1, t2 = statistics.median(first["reports"][fmt]), statistics.median(last["reports"][fmt])
+        slope = (t2 - t1) / (n2 - n1)
+        return t1 - slope * n1, slope * 1000
+
     fill = {
-        "cpus": num_cpus, "n1": n1, "n2": n2,
-        "a_per_trial_ms": per_trial_ms(a1, first), "a_per_trial_ms2": per_trial_ms(a2, last),
-        "b_per_trial_ms": per_trial_ms(b1, first) if b1 else float("nan"),
-        "b_per_trial_ms2": per_trial_ms(b2, last) if b2 else float("nan"),
-        "cpu_ms": a1["cpu_s"] / n1 * 1000, "cpu_ms2": a2["cpu_s"] / n2 * 1000,
+        "cpus": num_cpus, "n1": n1, "n2": n2, "r": r,
+        "fixed1": a1["wall_s"] - a1["fit_s"], "fixed2": a2["wall_s"] - a2["fit_s"],
+        "fixed_share1": (a1["wall_s"] - a1["fit_s"]) / first["ideal_s"],
+        "fixed_share2": (a2["wall_s"] - a2["fit_s"]) / last["ideal_s"],
+        "fit_ms1": fit_ms(a1, first), "fit_ms2": fit_ms(a2, last),
+        "b_fit_ms1": fit_ms(b1, first), "b_fit_ms2": fit_ms(b2, last),
+        "cpu_ms1": a1["cpu_s"] / n1 * 1000, "cpu_ms2": a2["cpu_s"] / n2 * 1000,
+        "b_cpu_ms1": b1["cpu_s"] / n1 * 1000 if b1 else float("nan"),
+        "b_cpu_ms2": b2["cpu_s"] / n2 * 1000 if b2 else float("nan"),
         "rss_kib": (a2["maxrss_kb"] - a1["maxrss_kb"]) / (n2 - n1),
+        "b_rss_kib": (b2["maxrss_kb"] - b1["maxrss_kb"]) / (n2 - n1) if b1 and b2 else float("nan"),
         "per_trial_kib": a2["folder"]["parts"][TRIALS][0] / max(1, a2["folder"]["trial_folders"]) / 1024,
         "state_kib": state_bytes(a2) / n2 / 1024,
+        "b_state_kib": state_bytes(b2) / n2 / 1024 if b2 else float("nan"),
         "files_per_trial": a2["folder"]["parts"][TRIALS][1] / max(1, a2["folder"]["trial_folders"]),
-        "report_ms": (statistics.median(last["reports"]["table"]) - statistics.median(first["reports"]["table"]))
-        / (n2 - n1) * 1000,
     }
-    if b1 is None:
-        fill["b_per_trial_ms"] = fill["b_per_trial_ms2"] = float("nan")
+    for fmt, key in (("table", "report"), ("json", "json"), ("html", "html")):
+        fixed, ms = line(fmt) if fmt in first["reports"] and fmt in last["reports"] else (float("nan"),) * 2
+        fill[f"{key}_fixed"], fill[f"{key}_ms"] = fixed, ms
 
     def med(run, fmt):
         return statistics.median(run["reports"][fmt])
@@ -429,14 +449,15 @@ def main(argv=None) -> None:
     if args.load_runs:
         data = json.loads(args.load_runs.read_text())
     else:
-        load_before, started = load_average(), time.perf_counter()
+        load_before, started, version = load_average(), time.perf_counter(), code_version()
+        runs: list[dict] = []
         with tempfile.TemporaryDirectory(prefix="tuner-bench-scale-") as tmp:
-            runs = [measure_size(Path(tmp), n, args.num_cpus, args.report_repeats, args.skip_raw, formats)
-                    for n in args.trials]
-        data = {"runs": runs, "num_cpus": args.num_cpus, "load_before": load_before, "load_after": load_average(),
-                "version": code_version(), "total_s": time.perf_counter() - started}
-        if args.save_runs:
-            args.save_runs.write_text(json.dumps(data, indent=1))
+            for n in args.trials:
+                runs.append(measure_size(Path(tmp), n, args.num_cpus, args.report_repeats, args.skip_raw, formats))
+                data = {"runs": runs, "num_cpus": args.num_cpus, "load_before": load_before,
+                        "load_after": load_average(), "version": version, "total_s": time.perf_counter() - started}
+                if args.save_runs:  # after each size: a later failure keeps the sizes measured
+                    args.save_runs.write_text(json.dumps(data, indent=1))
     write_section(args.output, HEADING, render(data))
 
 
