@@ -298,9 +298,10 @@ WHY = {
                  "config sent to the reused actor, and the driver's loop over every trial at each step, which "
                  "grows with N.",
     "cpu": "{cpu_ms1:.0f} ms of driver CPU a trial at {n1:,}, {cpu_ms2:.0f} ms at {n2:,} (Ray alone: {b_cpu_ms1:.0f} "
-           "and {b_cpu_ms2:.0f}): the work per result is fixed, but Ray Tune rewrites its whole experiment state "
-           "(every trial) each save (every 2 s under tuner, `TUNE_GLOBAL_CHECKPOINT_S=2`; 10 s or more alone) "
-           "and walks every trial each step.",
+           "and {b_cpu_ms2:.0f}): the work per result is fixed, but each save of Ray's experiment state rewrites "
+           "every trial, and tuner has Ray save every 2 s (`TUNE_GLOBAL_CHECKPOINT_S=2`, for resumes; Ray alone "
+           "every 10 s or more) and copies the state to `.tuner_state/`: a cost per save that grows with N, at a "
+           "fixed rate, so superlinear in total.",
     "rss": "{rss_kib:.0f} KiB more a trial (Ray alone: {b_rss_kib:.0f}) on a fixed Python + Ray footprint: the "
            "driver keeps every Trial object, with its last result and metric analysis, to the end.",
     "folder": "one trial folder a trial ({per_trial_kib:.1f} KiB of files at {n2:,}) plus Ray's experiment state "
@@ -308,8 +309,8 @@ WHY = {
     "files": "{files_per_trial:.0f} files a trial folder; the experiment's own files are a fixed few.",
     "state": "every trial's serialized Trial (config, last result, metric analysis, pickled storage and "
              "checkpoint manager), {state_kib:.1f} KiB a trial ({b_state_kib:.1f} for Ray alone).",
-    "report": "a fixed {report_fixed:.2f} s (Python, pandas, tuner's modules) plus {report_ms:.2f} ms a trial "
-              "(each trial's result files read).",
+    "report": "a fixed {report_fixed:.2f} s (Python, pandas, tuner's modules) and {report_ms:.2f} ms a trial: "
+              "reading the trials' files adds too little to show beside the start.",
     "json": "the table's reading plus parameter importances (Optuna's fANOVA, 64 trees over the trials): "
             "{json_fixed:.2f} s fixed plus {json_ms:.2f} ms a trial.",
     "html": "the json's figures plus the plots drawn over every trial: {html_fixed:.2f} s fixed plus "
