@@ -1,6 +1,7 @@
 """The benchmarks run at a tiny size and write their figures (no time is asserted)."""
 
 import importlib.util
+import json
 import math
 import re
 import subprocess
@@ -139,15 +140,61 @@ def test_overhead_benchmark_writes_ratios_and_validate_time(tmp_path):
 
 
 @pytest.mark.slow
-def test_scale_benchmark_writes_ratio_rss_and_report_time(tmp_path):
+def test_scale_benchmark_writes_ratio_rss_folder_and_report_time(tmp_path):
     out = tmp_path / "bench.md"
-    # Side B (benchmarks/raw_ray.py) runs in the overhead test; here tuner's side only.
-    _bench("benchmarks/scale.py", "--trials", "4", "--report-repeats", "1", "--skip-raw", "--output", out)
+    # Side B (benchmarks/raw_ray.py) runs in the overhead test; here tuner's side only, one size.
+    _bench("benchmarks/scale.py", "--trials", "4", "--report-repeats", "1", "--reports", "table", "--skip-raw",
+           "--output", out, "--save-runs", tmp_path / "runs.json")
     text = out.read_text()
-    assert "## Bookkeeping at scale" in text and "Machine: " in text
+    assert "## Bookkeeping at scale" in text and "Machine: " in text and "### 4 trials" in text
     (row,) = _table_rows(text, "A: tuner run")
-    assert len(_numbers(row)) >= 4
-    assert re.search(r"Report on experiment A .*median \d+\.\d+ s", text)
+    assert len(_numbers(row)) >= 5
+    assert re.search(r"`tuner report` on experiment A: median \d+\.\d+ s", text)
+    folder = json.loads((tmp_path / "runs.json").read_text())["runs"][0]["a"]["folder"]
+    parts, total = folder["parts"], folder["total"]
+    assert folder["trial_folders"] == 4 and parts["trial folders"][1] >= 4 * 3  # params, result, progress
+    assert parts[next(p for p in parts if p.startswith("Ray's experiment state"))][1] == 1
+    assert parts[next(p for p in parts if p.startswith("tuner's copy"))][1] == 1
+    assert [sum(v[i] for k, v in parts.items() if k != "trial folders") for i in (0, 1)] == total
+
+
+def _scale_run(n, wall, rss_mib, folder_mib, report_s, b=True):
+    from benchmarks.scale import PARTS, RAY_STATE, TRIALS
+
+    def side(w):
+        parts = {p: [0, 0] for p in PARTS}
+        parts[TRIALS] = [int(folder_mib * 2**20 * 0.2), 5 * n]
+        parts[RAY_STATE] = [int(folder_mib * 2**20 * 0.8), 1]
+        return {"load": 0.5, "wall_s": w, "fit_s": w - 5, "cpu_s": n * 0.02, "maxrss_kb": rss_mib * 1024,
+                "folder": {"parts": parts, "trial_folders": n, "other_names": [], "disk_bytes": 4096 * 5 * n,
+                           "total": [int(folder_mib * 2**20), 5 * n + 1]}}
+
+    return {"trials": n, "ideal_s": n / 2, "a": side(wall), "b": side(wall * 1.01) if b else None,
+            "reports": {"table": [report_s] * 3, "json": [report_s * 2] * 3, "html": [report_s * 4]}}
+
+
+def test_scale_growth_table_names_how_each_figure_grows():
+    """The growth table from two sizes (no run): ratio, exponent, and flat / linear / superlinear."""
+    from benchmarks.scale import growth_kind, render
+
+    assert growth_kind(5.0, 5.0)[1] == "linear" and growth_kind(1.1, 5.0)[1] == "flat"
+    assert growth_kind(25.0, 5.0) == (pytest.approx(2.0), "superlinear")
+    assert growth_kind(2.0, 5.0)[1] == "sublinear"
+    data = {"runs": [_scale_run(200, 110.0, 450, 2.0, 0.8), _scale_run(1000, 540.0, 460, 10.0, 0.8 * 25)],
+            "num_cpus": 2, "load_before": 0.3, "load_after": 0.4, "version": "tuner abc", "total_s": 1300.0}
+    text = render(data)
+    assert "### 200 trials (ideal 100 s)" in text and "### 1,000 trials (ideal 500 s)" in text
+    assert "### Growth from 200 to 1,000 trials (5 x)" in text
+
+    def grows(label):
+        (row,) = [r for r in text.splitlines() if r.startswith(f"| {label} |")]
+        return row.split(" | ")[5]
+
+    assert grows("wall (s)") == "linear" and grows("driver peak RSS (MiB)") == "flat"
+    assert grows("experiment folder (MiB)") == "linear" and grows("`tuner report` (s)") == "superlinear"
+    assert grows("wall / ideal") == "flat"  # 1.100 -> 1.080: the wall grows as the ideal does
+    (wall_row,) = _table_rows(text, "wall / ideal")
+    assert "1.100 (1.111)" in wall_row and "1.080 (1.091)" in wall_row
 
 
 @pytest.mark.slow

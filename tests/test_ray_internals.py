@@ -1115,6 +1115,28 @@ def test_experiment_state_file_keeps_what_tuner_reads(tiny_runs):
     assert read is not None and read.file == states[-1] and read.trials == trials
 
 
+
+def test_the_saved_state_keeps_each_trial_small(tiny_runs):
+    """What tuner adds to each trial in Ray's experiment state, a file Ray rewrites whole every few seconds
+    (benchmarks/scale.py): the trial folder's name creator is pickled by reference (a lambda was pickled
+    whole, 1.4 kB a trial), and a run without DDP trials has no placement-group releaser, whose step hook
+    looks at every trial (tuner/engine.py: run_prepared)."""
+    from ray import cloudpickle
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    from tuner.failures import PlacementGroupReleaser, StateSnapshots
+    from tuner.layout import EXPERIMENT_STATE_GLOB, trial_folder_of
+    from tuner.ray_internals import saved_trials
+
+    path = Path(tiny_runs["random"])
+    state = json.loads(sorted(path.glob(EXPERIMENT_STATE_GLOB))[-1].read_text())
+    creators = [json.loads(json.dumps(t["trial_dirname_creator"]), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+                for t in saved_trials(state)]
+    assert len(creators) == 2 and all(c is trial_folder_of for c in creators)
+    run_config = cloudpickle.loads((path / "tuner.pkl").read_bytes())["_run_config"]
+    kinds = {type(c) for c in run_config.callbacks}
+    assert StateSnapshots in kinds and PlacementGroupReleaser not in kinds
+
 def test_saved_searcher_states_reopen(tiny_runs):
     """tuner.ray_internals.reopen_*_state rewrite the states Ray saved (tuner/failures.py: reopen_searcher)."""
     from ray import cloudpickle

@@ -391,3 +391,39 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
     # Ray starts the errored trial over as a new trial: `tuner report`/`list` leave the old one out.
     listed = run_cli("list", tmp_path / "runs")
     assert listed.stdout.splitlines()[1].split()[:3] == ["errs", "finished", "2"], listed.stdout
+
+
+def test_state_snapshots_copy_a_readable_state_once_and_again_only_when_it_changed(tmp_path):
+    """The snapshot of Ray's experiment state (tuner.failures.StateSnapshots): a readable file is copied, an
+    unchanged one is not read and copied again (the file holds every trial, ~10 kB each), a changed one is,
+    and a truncated one never replaces the last good copy. No Ray: the callback's hooks on real files."""
+    import pickle
+
+    from tuner.failures import StateSnapshots
+    from tuner.layout import EXPERIMENT_STATE, STATE_SNAPSHOT_DIR
+
+    state = tmp_path / EXPERIMENT_STATE.format("2026-01-01_00-00-00")
+    copy = tmp_path / STATE_SNAPSHOT_DIR / state.name
+    snapshots = StateSnapshots(tmp_path)
+    snapshots.on_experiment_end([])  # no state yet: nothing
+    assert not copy.exists()
+    state.write_text(json.dumps({"trial_data": [], "runner_data": {"n": 1}}))
+    snapshots.on_experiment_end([])
+    assert json.loads(copy.read_text())["runner_data"] == {"n": 1}
+    copy.write_text("left alone")  # were the unchanged file copied again, this would be overwritten
+    snapshots.on_step_end(1, [])
+    snapshots.on_experiment_end([])
+    assert copy.read_text() == "left alone"
+    state.write_text(json.dumps({"trial_data": [], "runner_data": {"n": 22}}))
+    snapshots.on_experiment_end([])
+    assert json.loads(copy.read_text())["runner_data"] == {"n": 22}
+    good = copy.read_text()
+    state.write_text(good[:20])  # truncated by a driver killed mid-write
+    snapshots.on_experiment_end([])
+    assert copy.read_text() == good
+    # Ray pickles the callback into tuner.pkl: a restored one copies the state again at once.
+    restored = pickle.loads(pickle.dumps(snapshots))
+    state.write_text(good)
+    copy.write_text("stale")
+    restored.on_step_end(1, [])
+    assert copy.read_text() == good

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
 from tuner.layout import (BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES,
-                          trial_folder_name)
+                          trial_folder_of)
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
 
@@ -762,7 +762,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
                 # resume can raise it (Ray restores its own TimeoutStopper unchanged).
                 reuse_actors=reuse_actors(fn, spec),
-                trial_dirname_creator=lambda t: trial_folder_name(t.trainable_name, t.trial_id),
+                trial_dirname_creator=trial_folder_of,
             ),
             run_config=tune.RunConfig(
                 name=spec.name,
@@ -770,7 +770,9 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 stop=abort,
                 progress_reporter=reporting.build_reporter(spec),
                 callbacks=[*reporting.build_callbacks(spec, path if prepared.remote else None), abort,
-                           reporting.StopOnFullDisk(), PlacementGroupReleaser(prepared.location),
+                           reporting.StopOnFullDisk(),
+                           # Only DDP trials leave a placement group (its step hook looks at every trial).
+                           *([PlacementGroupReleaser(prepared.location)] if spec.resources.distributed else []),
                            # The same scheduler object: it is saved with the experiment, for a resume.
                            *([SchedulerStateCallback(scheduler)] if isinstance(scheduler, KeepsState) else []),
                            # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).

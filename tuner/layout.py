@@ -36,7 +36,7 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "PARETO_CONFIGS",
            "PBT_POLICY", "PBT_POLICY_GLOB", "EXPORT_MODEL_DIR", "EXPORT_CONFIG", "EXPORT_METRICS", "EXPORT_README",
            "EXPORT_SPEC", "EXPORT_FILES",
-           "trial_folder_name", "trial_id_of_folder", "train_run_name", "train_run_generation"]
+           "trial_folder_name", "trial_folder_of", "trial_id_of_folder", "train_run_name", "train_run_generation"]
 
 # --------------------------------------------------------------------------- tuner's records
 
@@ -159,6 +159,20 @@ def trial_folder_name(trainable_name: str, trial_id: str) -> str:
         trial_id: Ray's trial id, e.g. ``1a2b3_00004``.
     """
     return f"{trainable_name}_{trial_id}"
+
+
+def trial_folder_of(trial) -> str:
+    """A Ray ``Trial``'s folder (:func:`trial_folder_name` of its ``trainable_name`` and ``trial_id``),
+    as ``TuneConfig(trial_dirname_creator=...)`` takes it.
+
+    A function of a module, not a lambda: Ray's experiment state keeps every trial's creator
+    pickled, and pickles a module's function by its name (about 0.2 kB a trial) where it
+    pickles a lambda whole (1.4 kB a trial, in a file Ray rewrites every few seconds).
+
+    Args:
+        trial: A ``ray.tune.experiment.Trial`` (its ``trainable_name`` and ``trial_id``).
+    """
+    return trial_folder_name(trial.trainable_name, trial.trial_id)
 
 
 def train_run_name(trial_id: str, generation: int = 0) -> str:

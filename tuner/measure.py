@@ -89,7 +89,7 @@ def measure(prepared: Any, iterations: int) -> Measurement:
     from tuner.algorithms import build_searcher
     from tuner.cluster import ray_session
     from tuner.engine import _before_ray_tune
-    from tuner.layout import trial_folder_name
+    from tuner.layout import trial_folder_of
     from tuner.reporting import JsonLogger
     from tuner.space import ray_num_samples, to_ray_space
     from tuner.trainable import build_trainable, checkpoint_config, driver_request
@@ -137,7 +137,7 @@ def measure(prepared: Any, iterations: int) -> Measurement:
                     metric=ranked.metric if ranked else None, mode=ranked.mode if ranked else None,
                     search_alg=build_searcher(spec, 1), num_samples=ray_num_samples(spec),
                     max_concurrent_trials=None if basic else 1, reuse_actors=False,
-                    trial_dirname_creator=lambda t: trial_folder_name(t.trainable_name, t.trial_id)),
+                    trial_dirname_creator=trial_folder_of),
                 run_config=tune.RunConfig(
                     name=spec.name, storage_path=tmp, stop=_FirstTrialStopper(iterations), verbose=0,
                     callbacks=[times, JsonLogger()], checkpoint_config=checkpoint_config(prepared.trainable, spec)),

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tuner.layout import EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
 
-__all__ = ["ExperimentState", "state_files", "newest_state_file", "load_state_file", "read_state"]
+__all__ = ["ExperimentState", "state_files", "newest_state_file", "parse_state", "load_state_file", "read_state"]
 
 
 def state_files(folder: str | os.PathLike) -> list[Path]:
@@ -37,14 +37,24 @@ def newest_state_file(folder: str | os.PathLike) -> Path | None:
     return files[-1] if files else None
 
 
+def parse_state(text: str | bytes) -> dict | None:
+    """An experiment state file's content from its text (or its UTF-8 bytes), or None when it is not a
+    JSON object (truncated by a driver killed mid-write)."""
+    try:
+        data = json.loads(text)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def load_state_file(file: str | os.PathLike) -> dict | None:
     """An experiment state file's content, or None when it cannot be read or is not a JSON object
     (truncated by a driver killed mid-write)."""
     try:
-        data = json.loads(Path(file).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = Path(file).read_bytes()
+    except OSError:
         return None
-    return data if isinstance(data, dict) else None
+    return parse_state(text)
 
 
 @dataclass(frozen=True)
