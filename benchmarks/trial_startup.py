@@ -80,7 +80,7 @@ class Sampler:
         while not self._stop.is_set():
             self.tracker.sample()
             for key in self.tracker._cpu:
-                if key not in self.names or self.names[key] in ("", "python"):
+                if self.names.get(key, "") in ("", "python", "IDLE"):  # Ray titles an actor once it is made
                     self.names[key] = _role(key[0])
             time.sleep(0.1)
 
