@@ -76,6 +76,11 @@ class Tracker:
         return False
 
     @property
+    def per_process(self) -> dict[tuple[int, int], float]:
+        """CPU seconds of each process seen so far, by ``(pid, start time in ticks since boot)``."""
+        return dict(self._cpu)
+
+    @property
     def cpu_seconds(self) -> float:
         """CPU seconds (user + system) of the root and its descendants seen so far."""
         return sum(self._cpu.values())

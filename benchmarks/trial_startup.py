@@ -79,7 +79,7 @@ class Sampler:
     def _loop(self):
         while not self._stop.is_set():
             self.tracker.sample()
-            for key in self.tracker._cpu:
+            for key in self.tracker.per_process:
                 if self.names.get(key, "") in ("", "python", "IDLE"):  # Ray titles an actor once it is made
                     self.names[key] = _role(key[0])
             time.sleep(0.1)
@@ -89,7 +89,7 @@ class Sampler:
         boot = _boot_time()
         tick = os.sysconf("SC_CLK_TCK")
         return sorted((boot + start / tick, self.names.get((pid, start), ""), cpu)
-                      for (pid, start), cpu in self.tracker._cpu.items())
+                      for (pid, start), cpu in self.tracker.per_process.items())
 
     def stop(self):
         self._stop.set()

@@ -270,7 +270,6 @@ def lean_torch_trainer(single_node: bool) -> type:
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
-
     from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
 
     class OneNodeScalingPolicy(FixedScalingPolicy):

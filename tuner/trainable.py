@@ -385,7 +385,8 @@ def _train_launcher(lean: bool) -> type:
     """The ``TorchTrainer`` class a DDP trial launches its worker group with, and its settings.
 
     By default Ray Train's ``TorchTrainer`` without the two controller callbacks tuner does
-    not use (:func:`tuner.ray_internals.lean_torch_trainer`), and with the controller
+    not use, and on a one-node Ray without its requests to an autoscaler
+    (:func:`tuner.ray_internals.lean_torch_trainer`), and with the controller
     settings of :func:`tuner.ray_internals.lean_train_env`, set in this process (the
     trial's driver), which Ray Train passes on to its controller and workers. Together they
     start 2 Python processes fewer per trial on any Ray (3 on one node, and the first trial
