@@ -464,6 +464,14 @@ INTERNALS = [
     Internal("ray.tune.execution.tune_controller.TuneController._set_trial_status",
              "tuner/scheduler_state.py: KeepsState._restore", params("trial", "status"), via="controller_set_status"),
     Internal("ray.tune.experiment.Trial", "tuner/scheduler_state.py: _TrialsById", via="is_trial"),
+    # gpu: auto (tuner/gpu_packing.py)
+    Internal("ray.tune.search.basic_variant.BasicVariantGenerator.next_trial",
+             "tuner/gpu_packing.py: PackingCallback (the searcher's limit, changed during the run)",
+             source_has("self.max_concurrent"), via="set_concurrency_limit"),
+    Internal("ray.tune.search.ConcurrencyLimiter.set_max_concurrency", "tuner/gpu_packing.py: PackingCallback",
+             params("max_concurrent"), via="set_concurrency_limit"),
+    Internal("ray.tune.experiment.Trial.update_resources", "tuner/gpu_packing.py: PackingCallback.on_trial_recover",
+             params("resources"), via="set_trial_resources"),
     # PBT and PB2 (tuner/algorithms.py)
     Internal("ray.tune.schedulers.PopulationBasedTraining", "tests/test_pbt.py (the population after a resume)",
              _called(lambda cls: cls(hyperparam_mutations={"x": [1, 2]}), attrs("_trial_state", "_num_perturbations")),

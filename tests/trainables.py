@@ -706,3 +706,37 @@ def branchy(config):
         loss += abs(int(model["channels"]) - 32) / 100 if model["name"] == "cnn" else 0.1
     for i in range(int(config.get("epochs", 2))):
         trial.report({"loss": loss + 1.0 / (i + 1), "keys": ",".join(sorted(flat))})
+
+
+def gpu_footprint(config):
+    """A trial as ``gpu: auto`` sees it on Ray's logical GPUs: each report carries a simulated GPU footprint
+    (``gpu_memory_reserved_bytes = batch_size x bytes_per_sample``) and the GPU's memory
+    (``gpu_memory_total_bytes = gpu_bytes``), with the GPU share Ray gave the trial (``share_seen``).
+    With ``oom_share_below``, a trial whose share is below it raises a simulated CUDA out-of-memory error
+    at its second report (the first attempt only: ``oom_once_dir`` holds a marker per trial)."""
+    import time
+
+    import ray
+    import torch
+
+    share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0))
+    trial_id = ray.tune.get_context().get_trial_id()
+
+    def log(event: str) -> None:  # "<event> <time> <trial id>" lines: which trials ran at once
+        if config.get("log"):
+            with open(config["log"], "a") as f:
+                f.write(f"{event} {time.time()!r} {trial_id}\n")
+
+    log("start")
+    start = _start_epoch()
+    for epoch in range(start, int(config.get("epochs", 3))):
+        below = config.get("oom_share_below")
+        if below and epoch == 1 and share < below:
+            marker = os.path.join(config["oom_once_dir"], trial_id)
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at a share of {share}")
+        log("report")  # before the call: a trial stopped at this result never returns from it
+        trial.report({"loss": 1.0 / (epoch + 1) + float(config.get("x", 0.0)), "share_seen": share,
+                      "gpu_memory_reserved_bytes": int(config["batch_size"]) * int(config["bytes_per_sample"]),
+                      "gpu_memory_total_bytes": int(config["gpu_bytes"])}, checkpoint_dir=_epoch_checkpoint(epoch))

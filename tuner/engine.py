@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
@@ -741,13 +742,17 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 echo(f"tuner: note: {note}")
             for line in prepared.warm_start.describe(spec) if prepared.warm_start is not None else []:
                 echo(line)  # what the searcher learns from before its first suggestion, as the plan says
-        searcher = build_searcher(spec, max_concurrent, prepared.warm_start)
+        auto = spec.resources.auto_gpu
+        basic = spec.search.algorithm in ("grid", "random")
+        searcher = build_searcher(spec, 1 if auto else max_concurrent, prepared.warm_start)
+        packing = _gpu_auto(prepared, cluster, searcher, basic) if auto else None
+        if packing is not None:
+            searcher = packing.search_alg
         scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
         ranked = spec.scheduler_objective
-        basic = spec.search.algorithm in ("grid", "random")
         tuner = tune.Tuner(
             tune.with_resources(build_trainable(fn, spec, prepared.location, trial_seed=_fixed_seed(prepared)),
-                                driver_request(spec)),
+                                driver_request(spec) if packing is None else packing.request),
             param_space=to_ray_space(spec),
             tune_config=tune.TuneConfig(
                 # The scheduler's objective: a Ray scheduler compares trials by one metric. An optuna
@@ -758,7 +763,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 scheduler=scheduler,
                 num_samples=ray_num_samples(spec),
                 # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
-                max_concurrent_trials=None if basic else max_concurrent,
+                max_concurrent_trials=None if basic or auto else max_concurrent,
                 # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
                 # resume can raise it (Ray restores its own TimeoutStopper unchanged).
                 reuse_actors=reuse_actors(fn, spec),
@@ -776,7 +781,8 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                            # The same scheduler object: it is saved with the experiment, for a resume.
                            *([SchedulerStateCallback(scheduler)] if isinstance(scheduler, KeepsState) else []),
                            # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).
-                           *([] if prepared.remote else [StateSnapshots(path)])],
+                           *([] if prepared.remote else [StateSnapshots(path)]),
+                           *([packing.callback] if packing is not None else [])],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
@@ -784,11 +790,57 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 checkpoint_config=checkpoint_config(fn, spec),
             ),
         )
-        with _InterruptWatch() as watch:
-            grid = tuner.fit()
+        try:
+            with _InterruptWatch() as watch:
+                grid = tuner.fit()
+        finally:
+            if packing is not None:
+                packing.close()
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
+
+
+@dataclass
+class _GpuAuto:
+    """``gpu: auto`` for one session: the trainable's resource request, the searcher Tune gets (with the
+    limit the packer moves) and the callback (:mod:`tuner.gpu_packing`, :mod:`tuner.gpu_callback`)."""
+
+    key: str
+    request: Any
+    search_alg: Any
+    callback: Any
+
+    def close(self) -> None:
+        from tuner.gpu_packing import unregister
+
+        unregister(self.key)
+
+
+def _gpu_auto(prepared: Prepared, cluster: Any, searcher: Any, basic: bool) -> _GpuAuto:
+    """Set up ``gpu: auto``: a :class:`~tuner.gpu_packing.GpuPacker` registered under the experiment's
+    folder (continuing from ``gpu_packing.json`` on a resume), a ``ConcurrencyLimiter`` around a
+    ``Searcher`` (a ``BasicVariantGenerator`` takes the limit itself), and the Tune callback."""
+    from tuner.gpu_callback import PackingCallback
+    from tuner.gpu_packing import load_packing, packer_for, register, request_for
+    from tuner.scheduler_state import console_note
+
+    spec, path = prepared.spec, prepared.experiment_path
+    packer = packer_for(spec, cluster, note=console_note if spec.reporting.cli.enabled else None,
+                        read=prepared.address is None and len(cluster.nodes) <= 1)
+    saved = load_packing(path)
+    if saved:
+        packer.restore(saved)
+    key = str(path)
+    register(key, packer)
+    search_alg = searcher
+    if searcher is not None and not basic:
+        from ray.tune.search import ConcurrencyLimiter
+
+        # Tune reads the limit once for its pending trials: start at the most that may ever live.
+        search_alg = ConcurrencyLimiter(searcher, max_concurrent=max(1, packer.top * max(packer.gpus, 1)))
+    callback = PackingCallback(key, search_alg, path, spec.resources.cpu, spec.max_concurrent_trials, spec.oom_backoff)
+    return _GpuAuto(key, request_for(key, spec.resources.cpu), search_alg, callback)
 
 
 def _fixed_seed(prepared: Prepared) -> int | None:
@@ -1151,16 +1203,25 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
             lost = saved_state_note(path, spec.scheduler.type)
             if lost:
                 echo(f"tuner: note: {lost}")
+        packing = None
+        if spec.resources.auto_gpu:  # the callback and the searcher's limiter come back from Ray's saved state
+            from tuner.cluster import cluster_resources
+
+            packing = _gpu_auto(prepared, cluster_resources(prepared.address), None, True)
         tuner = tune.Tuner.restore(
             prepared.location,
             trainable=tune.with_resources(build_trainable(prepared.trainable, spec, prepared.location),
-                                          driver_request(spec)),
+                                          driver_request(spec) if packing is None else packing.request),
             resume_unfinished=True,
             resume_errored=resume_errored,
             restart_errored=restart_errored,
             param_space=to_ray_space(spec),
         )
-        with _InterruptWatch() as watch:
-            grid = tuner.fit()
+        try:
+            with _InterruptWatch() as watch:
+                grid = tuner.fit()
+        finally:
+            if packing is not None:
+                packing.close()
         link_ray_logs(session_dir, path)
     return _finish(prepared, grid, started, interrupted=watch.interrupted, echo=echo)

@@ -33,7 +33,7 @@ __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
            "ERROR_FILE", "CHECKPOINT_PREFIX", "PROGRESS_FILE", "BEST_SCHEDULE", "REPLAY_POLICY", "PBT_GLOBAL",
-           "PARETO_CONFIGS",
+           "PARETO_CONFIGS", "GPU_PACKING",
            "PBT_POLICY", "PBT_POLICY_GLOB", "EXPORT_MODEL_DIR", "EXPORT_CONFIG", "EXPORT_METRICS", "EXPORT_README",
            "EXPORT_SPEC", "EXPORT_FILES",
            "trial_folder_name", "trial_folder_of", "trial_id_of_folder", "train_run_name", "train_run_generation"]
@@ -60,9 +60,12 @@ PARETO_CONFIGS = "pareto_configs.yaml"
 #: A replay (``tuner run --replay``): the PBT policy it replays, copied from the replayed experiment
 #: (Ray's policy-file format; an empty file for a trial that was never perturbed).
 REPLAY_POLICY = "replay_policy.txt"
+#: ``resources.gpu: auto``: each trial's GPU share and why, the levels tried, the memory learned
+#: (JSON; :mod:`tuner.gpu_packing`), rewritten on every change so that a resume continues from it.
+GPU_PACKING = "gpu_packing.json"
 #: tuner's own files in the experiment folder, uploaded beside Ray's for a cloud experiment.
 TUNER_FILES = (SPEC_SNAPSHOT, RUN_RECORD, SUMMARY, BEST_CONFIG, RESULTS_CSV, LOG_FILE, BEST_SCHEDULE, REPLAY_POLICY,
-               PARETO_CONFIGS)
+               PARETO_CONFIGS, GPU_PACKING)
 
 # --------------------------------------------------------------------------- tuner's bookkeeping
 

@@ -35,6 +35,8 @@ __all__ = [
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
+    # gpu: auto (tuner/gpu_packing.py): the searcher's concurrency limit and a retried trial's resources
+    "set_concurrency_limit", "set_trial_resources",
     "pbt_population", "pbt_perturbations", "watch_skipped_exploits", "PBTCloneSourceHooks", "pbt_clone_sources",
     # PBT's perturbation logs (pbt_global.txt, pbt_policy_<trial id>.txt)
     "pbt_log_rows", "pbt_orig_tag", "saved_trial_initial_config",
@@ -770,6 +772,31 @@ def controller_set_status(tune_controller: Any, trial: Any, status: str) -> None
     whitelisted for schedulers, PBT uses it). For :class:`tuner.scheduler_state.KeepsState` (a trial that
     was PAUSED when the state was saved, which ``TuneController._requeue_restored_trials`` re-adds as PENDING)."""
     tune_controller._set_trial_status(trial, status)
+
+
+def set_concurrency_limit(search_alg: Any, limit: int) -> None:
+    """Change how many trials the searcher lets live at once, during a run (Ray 2.60).
+
+    A ``BasicVariantGenerator`` reads its ``max_concurrent`` attribute (its constructor's argument) on each
+    ``next_trial``; a ``ConcurrencyLimiter`` takes ``set_max_concurrency`` (public), and a searcher that
+    limits itself (``TuneBOHB``: ``set_max_concurrency`` returns True) takes it too. Tune creates a trial,
+    and so calls its resource request, only when the searcher gives one: for
+    :class:`tuner.gpu_packing.PackingCallback`, which sets the limit before each step of the controller.
+    """
+    from ray.tune.search import ConcurrencyLimiter
+
+    if isinstance(search_alg, ConcurrencyLimiter):
+        search_alg.set_max_concurrency(int(limit))
+        search_alg.searcher.set_max_concurrency(int(limit))  # BOHB keeps its own limit
+    else:
+        search_alg.max_concurrent = int(limit)
+
+
+def set_trial_resources(trial: Any, resources: Any) -> None:
+    """Give a trial that is not running new resources: ``Trial.update_resources`` (Ray 2.60, marked
+    experimental; Ray's ``ResourceChangingScheduler`` uses it). For a trial that ran out of GPU memory
+    under ``gpu: auto`` and is requeued for a retry (``on_trial_recover``: it is PENDING, not yet placed)."""
+    trial.update_resources(resources)
 
 
 def is_trial(obj: Any) -> bool:

@@ -91,6 +91,10 @@ def trials_that_fit(spec: Spec, cluster: ClusterResources) -> int:
         trial cannot be placed.
     """
     res = spec.resources
+    if res.auto_gpu:  # the CPUs of the GPU nodes, and no more than max_per_gpu on a GPU
+        nodes = [(c, g) for c, g in cluster.per_node if g >= 1]
+        return sum(min(_units((c, 0.0), (float(res.cpu), 0.0)) if res.cpu > 0 else res.auto.max_per_gpu * int(g),
+                       res.auto.max_per_gpu * int(g)) for c, g in nodes)
     if not res.distributed or res.placement_strategy == "STRICT_PACK":
         req = trial_request(spec)
         return sum(_units(node, (req["cpu"], req["gpu"])) for node in cluster.per_node)
@@ -115,7 +119,9 @@ def describe_resources(spec: Spec, cluster: ClusterResources) -> list[str]:
     at_once = fit
     if spec.max_concurrent_trials is not None:
         at_once = min(fit, spec.max_concurrent_trials)
-    if res.distributed:
+    if res.auto_gpu:
+        lines = [f"resources:  {req['cpu']:g} CPU per trial, GPU share auto (found from measurement)"]
+    elif res.distributed:
         backend = "nccl" if res.gpu_per_worker > 0 else "gloo"
         lines = [f"resources:  DDP, {res.workers} worker{'s' if res.workers != 1 else ''} x "
                  f"({res.cpu_per_worker:g} CPU, {res.gpu_per_worker:g} GPU), {res.placement_strategy}, {backend}; "
@@ -127,7 +133,14 @@ def describe_resources(spec: Spec, cluster: ClusterResources) -> list[str]:
         lines.append("fit:        0 trials at a time: a trial asks for more than the cluster has")
     else:
         cap = f" (max_concurrent_trials {spec.max_concurrent_trials})" if at_once < fit else ""
-        lines.append(f"fit:        {at_once} trial{'s' if at_once != 1 else ''} at a time{cap}")
+        most = " at most (gpu auto finds how many pay)" if res.auto_gpu else ""
+        lines.append(f"fit:        {at_once} trial{'s' if at_once != 1 else ''} at a time{most}{cap}")
+        if res.auto_gpu:
+            from tuner.gpu_packing import cluster_shape, describe_auto, read_gpu_memory
+
+            gpus, cpus_per_gpu, _ = cluster_shape(cluster)
+            memory, source = read_gpu_memory() if not cluster.nodes else (None, "each trial's report")
+            lines += describe_auto(res.auto, float(res.cpu), gpus, cpus_per_gpu, memory, source)
         note = one_live_trial_note(spec, at_once)
         if note:
             lines.append(f"note:       {note}")
@@ -163,6 +176,11 @@ def check_fits(spec: Spec, cluster: ClusterResources) -> None:
         SpecError: Pointing at ``resources`` when one trial needs more CPUs or GPUs than
             the cluster has.
     """
+    if spec.resources.auto_gpu and max((g for _, g in cluster.per_node), default=0) < 1:
+        raise spec.error("resources.gpu", f"gpu: auto packs trials onto GPUs, but {cluster.source} has "
+                         f"{cluster.gpu:g} GPU{'' if cluster.gpu == 1 else 's'} (no node has a whole one); run where "
+                         "there is a GPU (or give Ray logical GPUs with --num-gpus), or set gpu to a number (0 for "
+                         "CPU trials).")
     if trials_that_fit(spec, cluster) > 0:
         return
     req = trial_request(spec)

@@ -42,6 +42,7 @@ from ray.tune import ResultGrid
 from tuner.best import (ERROR, best as best_of, best_checkpoint as best_checkpoint_of, is_finite_number, metric_value,
                          nan_to_none, ranked, scope_value)
 from tuner.files import atomic_write  # re-exported: tuner.results.atomic_write
+from tuner.gpu_packing import load_packing, packing_summary, trial_columns
 from tuner.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PARETO_CONFIGS, PBT_GLOBAL, RESULTS_CSV, SUMMARY,
                           TIMEOUT_MARKER, trial_id_of_folder)
 from tuner.pareto import feasible as is_feasible, hypervolume, objective_values, pareto_front, reference_point
@@ -265,6 +266,7 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
 
     rows, errors = [], []
     aborted = aborted_error = None
+    packing = load_packing(path) if spec.resources.auto_gpu else None
     for result, status, trial_id in zip(_results(grid), statuses, ids):
         metrics = result.metrics or {}
         row: dict[str, Any] = {"trial_id": trial_id, "status": status}
@@ -273,6 +275,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
                 seed_of_trial(spec.seed, trial_id, plain(result.config or {}))
         row.update({f"config/{k}": v for k, v in flatten(plain(result.config or {})).items()})
         row.update(_user_metrics(metrics) if metrics else {})
+        if packing is not None:  # gpu: auto: the share Ray gave the trial, and why
+            row.update(trial_columns(packing, trial_id) or {"gpu_share": None, "gpu_share_reason": None})
         rows.append(row)
         local = path / Path(result.path).name  # the trial folder (for a cloud experiment, its mirror)
         if result.error is not None:
@@ -342,6 +346,8 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
     }
     if location:
         summary["location"] = display(location)
+    if packing is not None:
+        summary["gpu_packing"] = packing_summary(packing)
     if spec.objectives:
         summary["objectives"] = [o.model_dump() for o in spec.objectives]
     if spec.constraints:

@@ -166,7 +166,7 @@ def _options(spec: Spec, config: dict, distributed: bool, seed: int | None = Non
     return trial.TrialOptions(
         amp=spec.amp,
         cpu=res.cpu_per_worker if distributed else res.cpu,
-        gpu=res.gpu_per_worker if distributed else res.gpu,
+        gpu=res.gpu_per_worker if distributed else (_assigned_gpus() if res.auto_gpu else float(res.gpu)),
         distributed=distributed,
         oom_param=spec.oom_backoff,
         extra_metrics=extra,
@@ -175,6 +175,16 @@ def _options(spec: Spec, config: dict, distributed: bool, seed: int | None = Non
         seed=seed,
         seed_trials=spec.seed_trials,
     )
+
+
+def _assigned_gpus() -> float:
+    """The GPUs Ray gave this trial's process (``gpu: auto`` chose the share when Ray created the trial)."""
+    try:
+        import ray
+
+        return float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0))
+    except Exception:  # noqa: BLE001 - outside Ray (a plain call): no GPU share
+        return 0.0
 
 
 def _trial_seed(spec: Spec, config: dict, fixed: int | None, trial_id: str | None = None) -> int | None:
@@ -671,4 +681,4 @@ def driver_request(spec: Spec) -> dict[str, float]:
     """
     if spec.resources.distributed:
         return {"cpu": 0, "memory": 1}
-    return {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.gpu)}
+    return {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.total["gpu"])}

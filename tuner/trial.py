@@ -387,7 +387,8 @@ def scaler():
 
 
 def _gpu_metrics() -> dict[str, Any]:
-    """Peak GPU memory (bytes) and utilisation (percent) of this process's GPU.
+    """Peak GPU memory (bytes: torch's allocated and reserved peaks, and the GPU's total) and utilisation
+    (percent) of this process's GPU; ``gpu: auto`` learns each config's footprint from the reserved peak.
 
     Empty when the train function never imported torch (it cannot have used a GPU then), so
     a trial of scikit-learn, XGBoost or plain Python does not pay torch's import (~1.3 s).
@@ -398,7 +399,9 @@ def _gpu_metrics() -> dict[str, Any]:
     target = device()
     if target.type != "cuda":
         return {}
-    out: dict[str, Any] = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated(target))}
+    out: dict[str, Any] = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated(target)),
+                           "gpu_memory_reserved_bytes": int(torch.cuda.max_memory_reserved(target)),
+                           "gpu_memory_total_bytes": int(torch.cuda.get_device_properties(target).total_memory)}
     try:
         out["gpu_utilization_percent"] = int(torch.cuda.utilization(target))  # nvidia-ml-py
     except Exception:  # noqa: BLE001 - no NVML: memory only

@@ -5,10 +5,11 @@ scheduler (``scheduler``, told apart by ``type``), ``resources``, ``failure``, `
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, StrictFloat, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tuner.best import Scope
@@ -399,13 +400,84 @@ SYNCHRONOUS_HYPERBAND = ("hyperband", "bohb")
 # Other sections -------------------------------------------------------------
 
 
+#: ``resources.gpu: auto``: tuner finds each trial's GPU share from measurement (:mod:`tuner.gpu_packing`).
+AUTO_GPU = "auto"
+
+
+_GPU_ALLOWED = ("gpu must be a number of GPUs (0, a fraction below 1, or a whole number) or auto (tuner finds "
+                "each trial's share from measured memory and throughput)")
+
+
+def _gpu_amount(value: Any) -> Any:
+    """``resources.gpu``: a number >= 0, or ``auto``; a numpy scalar is its Python number."""
+    value = _real_number(value)
+    if isinstance(value, str):
+        if value.strip().lower() == AUTO_GPU:
+            return AUTO_GPU
+        raise PydanticCustomError("tuner_spec", _GPU_ALLOWED + ", but got '{value}'.", {"value": value})
+    if isinstance(value, bool) or value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or value is None:
+            shown = {True: "true", False: "false"}.get(value, "null") if value is not None else "null"
+        else:
+            shown = repr(value) if isinstance(value, (int, float)) else type(value).__name__
+        raise PydanticCustomError("tuner_spec", _GPU_ALLOWED + ", but got {shown}.", {"shown": shown})
+    if value < 0:
+        raise PydanticCustomError("tuner_spec", "gpu must be >= 0 (or auto), but got {value}.", {"value": value})
+    return float(value)
+
+
+def _real_number(value: Any) -> Any:
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        return value.item()
+    return value
+
+
+class GpuAuto(_Model):
+    """How ``resources.gpu: auto`` packs trials onto GPUs (:class:`tuner.gpu_packing.GpuPacker`).
+
+    The first trial runs alone until its first result (the probe); then each trial's GPU share
+    covers the GPU memory a trial of its config is expected to peak at (learned from the
+    ``gpu_memory_reserved_bytes`` that trials report), plus ``margin``, and the number of
+    trials on each GPU rises while the experiment's aggregate iterations per second grows.
+
+    Attributes:
+        margin: Headroom over a config's expected peak GPU memory, as a fraction of that peak
+            (0.25: a trial expected to peak at 4 GiB is booked 5 GiB).
+        max_per_gpu: The most trials on one GPU at once.
+        start_per_gpu: Trials on each GPU after the probe; default: half of what the CPUs
+            allow (``resources.cpu`` per trial), at least 1.
+        min_gain: The step up in trials per GPU is kept only when it raised the aggregate
+            iterations per second by at least this fraction (0.05: 5 %); else tuner steps back
+            and holds.
+        probe_share: The GPU share of the first trials, before any trial has reported its memory:
+            None (the default) runs the first trial alone until its first result; a fraction
+            (e.g. 0.25) starts ``1 / probe_share`` trials on each GPU at once, unmeasured (faster
+            to start, at the risk of running out of memory on a big model).
+    """
+
+    margin: Float = Field(default=0.25, ge=0, le=4)
+    probe_share: Float | None = Field(default=None, gt=0, le=1)
+    max_per_gpu: Int = Field(default=16, ge=1, le=256)
+    start_per_gpu: Int | None = Field(default=None, ge=1, le=256)
+    min_gain: Float = Field(default=0.05, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _start_within_max(self):
+        if self.start_per_gpu is not None and self.start_per_gpu > self.max_per_gpu:
+            raise _fail("start_per_gpu", f"start_per_gpu must be <= max_per_gpu, but got (start_per_gpu="
+                        f"{self.start_per_gpu}, max_per_gpu={self.max_per_gpu}).")
+        return self
+
+
 class Resources(_Model):
     """Resources of one trial: a single process, or a DDP group of ``workers`` processes.
 
     Attributes:
         cpu: CPUs of a single-process trial; fractional allowed.
         gpu: GPUs of a single-process trial; a fraction below 1 packs several trials on
-            one GPU, above 1 it must be a whole number.
+            one GPU, above 1 it must be a whole number; ``auto``: tuner chooses each trial's
+            share from measured GPU memory and throughput (:mod:`tuner.gpu_packing`).
+        gpu_auto: How ``gpu: auto`` packs (:class:`GpuAuto`); only with ``gpu: auto``.
         workers: World size of a DDP trial (Ray Train's ``ScalingConfig.num_workers``);
             omitted for a single-process trial.
         cpu_per_worker: CPUs of each DDP worker.
@@ -416,7 +488,8 @@ class Resources(_Model):
     """
 
     cpu: Float = Field(default=1, ge=0)
-    gpu: Float = Field(default=0, ge=0)
+    gpu: Annotated[StrictFloat | Literal["auto"], BeforeValidator(_gpu_amount)] = 0.0
+    gpu_auto: GpuAuto | None = None
     workers: Int | None = Field(default=None, ge=1)
     cpu_per_worker: Float = Field(default=1, ge=0)
     gpu_per_worker: Float = Field(default=0, ge=0)
@@ -425,11 +498,16 @@ class Resources(_Model):
     @model_validator(mode="after")
     def _check(self):
         given = self.model_fields_set
+        if "gpu_auto" in given and not self.auto_gpu:
+            raise _fail("gpu_auto", "gpu_auto applies to `gpu: auto` only (it says how tuner packs trials onto "
+                        f"GPUs); set gpu: auto, or remove gpu_auto (gpu is {self.gpu!r}).")
         if self.workers is None:
             for key in ("cpu_per_worker", "gpu_per_worker", "placement_strategy"):
                 if key in given:
                     raise _fail(key, f"{key} applies to a DDP trial only; add `workers: N` "
                                 "(the world size), or use cpu/gpu for a single-process trial.")
+            if self.auto_gpu:
+                return self
             if self.cpu == 0 and self.gpu == 0:
                 raise _fail("cpu", "a trial needs cpu > 0 or gpu > 0, but got (cpu=0, gpu=0).")
             if self.gpu > 1 and self.gpu != int(self.gpu):
@@ -438,8 +516,10 @@ class Resources(_Model):
             return self
         for key in ("cpu", "gpu"):
             if key in given:
+                extra = " (gpu: auto packs single-process trials; a DDP worker takes a whole GPU)" \
+                    if key == "gpu" and self.auto_gpu else ""
                 raise _fail(key, f"with workers, give {key}_per_worker instead of {key} "
-                            f"(each of the {self.workers} workers gets that much).")
+                            f"(each of the {self.workers} workers gets that much){extra}.")
         if self.cpu_per_worker == 0 and self.gpu_per_worker == 0:
             raise _fail("cpu_per_worker", "a worker needs cpu_per_worker > 0 or gpu_per_worker > 0, "
                         "but got (cpu_per_worker=0, gpu_per_worker=0).")
@@ -455,10 +535,24 @@ class Resources(_Model):
         return self.workers is not None
 
     @property
+    def auto_gpu(self) -> bool:
+        """Whether tuner chooses each trial's GPU share (``gpu: auto``)."""
+        return self.gpu == AUTO_GPU
+
+    @property
+    def auto(self) -> GpuAuto:
+        """The ``gpu_auto`` settings (their defaults when not given)."""
+        return self.gpu_auto or GpuAuto()
+
+    @property
     def total(self) -> dict[str, float]:
-        """What one whole trial takes: ``{"cpu": ..., "gpu": ...}`` summed over its workers."""
+        """What one whole trial takes: ``{"cpu": ..., "gpu": ...}`` summed over its workers.
+
+        Under ``gpu: auto`` the GPU share differs from trial to trial: ``gpu`` is 0 here (the
+        CPUs alone bound the trials at once; :mod:`tuner.gpu_packing` adds the GPU's bounds).
+        """
         if self.workers is None:
-            return {"cpu": float(self.cpu), "gpu": float(self.gpu)}
+            return {"cpu": float(self.cpu), "gpu": 0.0 if self.auto_gpu else float(self.gpu)}
         return {"cpu": self.workers * float(self.cpu_per_worker), "gpu": self.workers * float(self.gpu_per_worker)}
 
 

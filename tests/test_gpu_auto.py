@@ -1,0 +1,96 @@
+"""``resources.gpu: auto`` end to end: ``tuner run`` in a subprocess on Ray's logical GPUs, each trial reporting a
+simulated GPU footprint (tests.trainables:gpu_footprint), the GPUs' memory from a simulated reader
+(tests/gpu_readers.py in place of NVML). tests/test_gpu_packing.py checks the policy rule by rule."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import yaml
+
+GIB = 2**30
+
+
+def _spec(tmp_path, name: str, samples: int, epochs: int, **params) -> dict:
+    return {"name": name, "trainable": "tests.trainables:gpu_footprint", "metric": "loss", "mode": "min",
+            "num_samples": samples, "seed": 0, "storage": str(tmp_path / "runs"),
+            "param_space": {"x": {"type": "uniform", "low": 0, "high": 1},
+                            "batch_size": {"type": "choice", "values": [32, 64]},
+                            "bytes_per_sample": 16 * 2**20, "gpu_bytes": 16 * GIB, "epochs": epochs,
+                            "log": str(tmp_path / f"{name}.log"), **params},
+            "search": {"algorithm": "random"}, "scheduler": {"type": "fifo"},
+            "resources": {"cpu": 0.25, "gpu": "auto"}, "reporting": {"tensorboard": False}}
+
+
+def _events(path) -> dict[str, dict[str, list[float]]]:
+    """Each trial's ``start`` and ``report`` times from the trainable's log."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for line in path.read_text().splitlines():
+        event, t, trial_id = line.split()
+        out.setdefault(trial_id, {}).setdefault(event, []).append(float(t))
+    return out
+
+
+def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(tmp_path, run_cli):
+    """The first trial runs alone until its first result; every trial's share and reason reach results.csv,
+    summary.json and gpu_packing.json; a trial that runs out of GPU memory (here: any below 0.3 of the GPU, once)
+    is retried with a raised expectation and a larger share, and finishes."""
+    spec = _spec(tmp_path, "auto", samples=4, epochs=2, oom_share_below=0.3, oom_once_dir=str(tmp_path))
+    spec["failure"] = {"max_failures": 1}
+    path = tmp_path / "auto.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    proc = run_cli("run", path, "--num-cpus", "2", "--num-gpus", "1",
+                   env={"TUNER_GPU_MEMORY_READER": "tests.gpu_readers:roomy"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exp = tmp_path / "runs" / "auto"
+    table = pd.read_csv(exp / "results.csv")
+    assert list(table["status"]) == ["TERMINATED"] * 4
+    assert table["gpu_share"].notna().all() and table["gpu_share_reason"].notna().all()
+    packing = json.loads((exp / "gpu_packing.json").read_text())
+    summary = json.loads((exp / "summary.json").read_text())
+    assert set(summary["gpu_packing"]["trials"]) == set(table["trial_id"])
+    probes = [i for i, d in packing["decisions"].items() if d.get("probe")]
+    assert len(probes) == 1, packing["decisions"]
+    events = _events(tmp_path / "auto.log")
+    probe_id = next(i for i in events if i.endswith(probes[0].split("_")[-1]))
+    first_report = min(events[probe_id]["report"])
+    others = [min(e["start"]) for i, e in events.items() if i != probe_id]
+    assert all(t > first_report for t in others), "a trial started before the probe's first result"
+    # The trials placed below 0.3 of the GPU ran out of memory once and were retried with a larger share; the
+    # raised expectation gave the later trials 0.3 or more from the start.
+    assert any(d.get("out_of_memory") for d in packing["decisions"].values())
+    assert (table["share_seen"] >= 0.3).all() and (table["share_seen"] == table["gpu_share"]).all()
+    assert "out of GPU memory" in " ".join(table["gpu_share_reason"])
+    assert "tuner: note: gpu auto:" in proc.stderr
+
+
+def test_gpu_auto_on_a_full_gpu_runs_one_trial_at_a_time(tmp_path, run_cli):
+    """A GPU whose memory reads as full (another process holds it): the trials still run, one at a time with a
+    whole GPU, and the console says why."""
+    spec = _spec(tmp_path, "full", samples=2, epochs=2)
+    path = tmp_path / "full.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    proc = run_cli("run", path, "--num-cpus", "2", "--num-gpus", "1",
+                   env={"TUNER_GPU_MEMORY_READER": "tests.gpu_readers:full"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "running one trial at a time with a whole GPU" in proc.stderr
+    spans = sorted((min(e["start"]), max(e["report"])) for e in _events(tmp_path / "full.log").values())
+    assert len(spans) == 2 and all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"trials overlapped: {spans}"
+    table = pd.read_csv(tmp_path / "runs" / "full" / "results.csv")
+    assert (table["status"] == "TERMINATED").all()
+
+
+def test_gpu_auto_plan_and_refusal_before_anything_starts(tmp_path, run_cli, make_spec):
+    """`tuner validate` says how auto will pack (and that the GPU memory could not be read); on a machine
+    without a GPU it refuses with exit 2, starting nothing."""
+    spec = make_spec(file="s.yaml", resources={"cpu": 2, "gpu": "auto"})
+    plan = run_cli("validate", spec, "--num-cpus", "16", "--num-gpus", "1",
+                   env={"TUNER_GPU_MEMORY_READER": "tests.gpu_readers:broken", "RAY_TMPDIR": str(tmp_path / "ray")})
+    assert plan.returncode == 0, plan.stderr
+    assert "gpu auto:   the first trial alone until its first result (probe); then [4, 8] trials per GPU" in plan.stdout
+    assert "could not be read (RuntimeError" in plan.stdout
+    refused = run_cli("validate", spec, "--num-gpus", "0", env={"RAY_TMPDIR": str(tmp_path / "ray")})
+    assert refused.returncode == 2 and "gpu: auto packs trials onto GPUs, but this machine" in \
+        refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "ray").exists(), "Ray started"
