@@ -260,7 +260,7 @@ def test_resident_batches_are_those_of_a_distributed_sampler(n, batch, world_siz
     for rank in range(world_size):
         sampler = torch.utils.data.DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=7)
         reference = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=drop_last)
-        resident = trial._ResidentLoader(data.tensors, torch.device("cpu"), batch_size=batch, shuffle=shuffle,
+        resident = trial._ResidentLoader(data, torch.device("cpu"), batch_size=batch, shuffle=shuffle,
                                          drop_last=drop_last, seed=7, start_epoch=2, world_size=world_size, rank=rank)
         assert len(resident) == len(reference)
         for epoch in (2, 3, 4):
@@ -277,7 +277,7 @@ def test_a_small_tensor_dataset_is_resident_and_reshuffled_each_epoch(options):
                                             start_epoch=1)
         other_seed = trial.prepare_data_loader(DataLoader(data, batch_size=4, shuffle=True, drop_last=True), seed=4)
         first = next(iter(loader))
-    assert loader.resident and len(loader) == 2 and isinstance(first, list), "a list, as default_collate makes it"
+    assert loader.resident and loader.dataset is data and len(loader) == 2 and isinstance(first, list), "a list, as default_collate makes it"
     assert first[0].shape == (4, 1) and first[1].dtype == torch.int64
     assert all(len(e) == 8 and len(set(e)) == 8 for e in epochs) and epochs[0] != epochs[1] != epochs[2]
     assert epochs == [trial._shard_order(10, 1, 0, True, 3, e)[:8].tolist() for e in range(3)], \

@@ -459,9 +459,10 @@ class _ResidentLoader:
 
     resident = True
 
-    def __init__(self, tensors: Sequence, target, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
+    def __init__(self, dataset, target, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
                  start_epoch: int = 0, world_size: int = 1, rank: int = 0):
-        self.tensors = [t.to(target) for t in tensors]  # once; on the CPU no copy
+        self.dataset = dataset  # the TensorDataset, as a DataLoader's (len() counts every rank's samples)
+        self.tensors = [t.to(target) for t in dataset.tensors]  # once; on the CPU no copy
         self.device, self.batch_size, self.shuffle, self.drop_last = target, batch_size, shuffle, drop_last
         self.seed, self.epoch, self.world_size, self.rank = seed, start_epoch, world_size, rank
         self.samples = len(self.tensors[0])
@@ -547,8 +548,8 @@ def prepare_data_loader(loader, *, seed: int = 0, start_epoch: int = 0, num_work
             a ``generator`` of the loader). False: never.
 
     Returns:
-        An iterable of batches on the device, with ``len()`` in batches (of this rank) and
-        ``resident`` (bool) telling which way it batches.
+        An iterable of batches on the device, with ``len()`` in batches (of this rank), the
+        loader's ``dataset``, and ``resident`` (bool) telling which way it batches.
 
     Raises:
         ValueError: If the loader has no ``batch_size`` (a custom ``batch_sampler``), or
@@ -574,7 +575,7 @@ def prepare_data_loader(loader, *, seed: int = 0, start_epoch: int = 0, num_work
             free = torch.cuda.mem_get_info(target)[0] if target.type == "cuda" else None
             resident = _fits_resident(nbytes, free)
         if resident:
-            return _ResidentLoader(loader.dataset.tensors, target, batch_size=max(1, loader.batch_size // ws),
+            return _ResidentLoader(loader.dataset, target, batch_size=max(1, loader.batch_size // ws),
                                    shuffle=shuffle, drop_last=loader.drop_last, seed=seed, start_epoch=start_epoch,
                                    world_size=ws, rank=rank())
     sampler = loader.sampler
