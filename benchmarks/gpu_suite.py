@@ -390,9 +390,15 @@ def resnet18_32(num_classes: int = 10, width: int = 64):
     return nn.Sequential(*layers)
 
 
-def step_time(build: Callable, shape: tuple, batch: int, amp: bool, warmup: int, steps: int) -> float:
+def step_time(build: Callable, shape: tuple, batch: int, amp: bool, warmup: int, steps: int,
+              info: dict | None = None) -> float:
     """Seconds per training step (forward under ``trial.autocast()``, backward and SGD step through
     ``trial.scaler()``, as ``examples/_common.py:train_epoch``), median of ``steps`` timed steps after ``warmup``.
+
+    The model goes through ``trial.prepare_model`` and the batch through ``trial.to_device``, so the AMP step is
+    the one a user's ``amp: true`` gets: on CUDA a conv net in ``channels_last`` with ``cudnn.benchmark`` on.
+    ``torch.backends.cudnn.benchmark`` is put back as it was afterwards, so the next (fp32) row starts from
+    torch's default.
 
     Args:
         build: Makes the model.
@@ -400,20 +406,29 @@ def step_time(build: Callable, shape: tuple, batch: int, amp: bool, warmup: int,
         batch: Samples a step.
         amp: ``amp: true`` (tuner's AMP: bf16 where supported, else fp16 with a GradScaler) or fp32.
         warmup, steps: Untimed, then timed steps.
+        info: When given, filled with ``channels_last`` (a 2-d convolution's weight is in channels_last after
+            ``prepare_model``), ``input_channels_last`` (the input batch is, after ``to_device``) and
+            ``cudnn_benchmark`` (on during the steps).
     """
     import torch
 
     from tuner import trial
 
     cuda = torch.cuda.is_available()
+    benchmark = torch.backends.cudnn.benchmark
     trial.configure(trial.TrialOptions(amp=amp, gpu=1.0 if cuda else 0.0))
     try:
-        dev = trial.device()
         torch.manual_seed(0)
-        model = build().to(dev)
+        model = trial.prepare_model(build())
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        x = torch.randn(batch, *shape, device=dev)
-        y = torch.randint(0, 10, (batch,), device=dev)
+        x = trial.to_device(torch.randn(batch, *shape))
+        y = trial.to_device(torch.randint(0, 10, (batch,)))
+        if info is not None:
+            weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+            info.update(channels_last=any(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+                                          for w in weights),
+                        input_channels_last=x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
+                        cudnn_benchmark=bool(torch.backends.cudnn.benchmark))
         scaler = trial.scaler()
         times = []
         for i in range(warmup + steps):
@@ -433,10 +448,12 @@ def step_time(build: Callable, shape: tuple, batch: int, amp: bool, warmup: int,
         return statistics.median(times)
     finally:
         trial.configure(None)
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def measure_amp(dry: bool) -> dict:
-    """AMP (tuner's ``amp: true``) against fp32: median step time on the example CNN and a ResNet-18."""
+    """AMP (tuner's ``amp: true``) against fp32: median step time on the example CNN and a ResNet-18 (batch 256
+    and 1024: channels_last pays at the large batch), with whether channels_last and cudnn.benchmark were on."""
     import torch
 
     from examples.mnist import build_model
@@ -446,25 +463,125 @@ def measure_amp(dry: bool) -> dict:
     amp_dtype = str(trial.autocast().fast_dtype).replace("torch.", "")
     trial.configure(None)
     warmup, steps = (1, 1) if dry else (10, 40)
+    resnet = "ResNet-18, 32x32 inputs"
     models = [("example CNN (examples/mnist.py, 32 channels)", lambda: build_model(32), (1, 28, 28),
                8 if dry else 256),
-              ("ResNet-18, 32x32 inputs" + (" (width 8: dry run)" if dry else ""),
+              (resnet + (" (width 8: dry run)" if dry else ""),
                (lambda: resnet18_32(width=8)) if dry else resnet18_32, (3, 32, 32), 2 if dry else 256)]
+    if not dry:
+        models.append((resnet, resnet18_32, (3, 32, 32), 1024))
     rows = []
     threads = torch.get_num_threads()
     if dry:  # one CPU thread: on a busy machine torch's idle OpenMP threads spin and burn CPU time
         torch.set_num_threads(1)
     try:
         for name, build, shape, batch in models:
-            fp32 = step_time(build, shape, batch, False, warmup, steps)
-            amp = step_time(build, shape, batch, True, warmup, steps)
+            fp32_info: dict[str, Any] = {}
+            amp_info: dict[str, Any] = {}
+            fp32 = step_time(build, shape, batch, False, warmup, steps, fp32_info)
+            amp = step_time(build, shape, batch, True, warmup, steps, amp_info)
             rows.append({"model": name, "batch": batch, "input": "x".join(map(str, shape)), "fp32_s": fp32,
-                         "amp_s": amp, "speedup": fp32 / amp})
+                         "amp_s": amp, "speedup": fp32 / amp, "fp32_setup": fp32_info, "amp_setup": amp_info})
     finally:
         torch.set_num_threads(threads)
     return {"amp_dtype": amp_dtype, "warmup": warmup, "steps": steps, "rows": rows,
             "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
             "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32)}
+
+
+DATA_BATCH = 128
+DATA_CPU = 2  # CPUs of the measured trial: the suite's --cpu-per-trial default; its torch threads too
+
+
+def measure_data(dry: bool) -> dict:
+    """Epoch time of the MNIST example CNN over the bundled digits, fed three ways (fp32, SGD, batch 128, 32 channels).
+
+    (a) a plain ``DataLoader`` (no workers, no pinning) with ``.to(device)`` per batch; (b)
+    ``trial.prepare_data_loader(..., resident=False)`` over a ``DataLoader`` built with
+    ``trial.data_loader_kwargs()`` (workers and pinning for a trial of :data:`DATA_CPU` CPUs and one GPU);
+    (c) ``resident=True``: the digits copied to the device once and batched there. The median of a few epochs
+    after one untimed warm-up epoch; on CUDA each epoch ends with a synchronize. ``dry``: 64 digits in batches of
+    16 through an 8-channel CNN on the CPU, one torch thread. Not wired into :func:`measure`; :func:`render_data`
+    makes its table.
+
+    Returns:
+        ``{"label", "dry_run", "device", "samples", "batch", "channels", "warmup_epochs", "epochs", "cpu", "gpu",
+        "loader_kwargs", "rows"}``, each row ``{"loader", "resident", "batches", "epoch_s", "epochs_s",
+        "speedup"}`` (seconds; speedup = the plain DataLoader's epoch time over this row's).
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from examples.mnist import build_model, load_data
+    from tuner import trial
+
+    cuda = torch.cuda.is_available() and not dry
+    x, y = load_data()[:2]
+    batch_size, channels, epochs = (16, 8, 2) if dry else (DATA_BATCH, 32, 5)
+    if dry:
+        x, y = x[:64], y[:64]
+    data = TensorDataset(x, y)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if dry else DATA_CPU)
+    trial.configure(trial.TrialOptions(cpu=DATA_CPU, gpu=1.0 if cuda else 0.0))
+    try:
+        dev = trial.device()
+        kwargs = trial.data_loader_kwargs()
+        cases: list[tuple[str, Callable[[], Any], Callable | None]] = [
+            ("plain DataLoader, `.to(device)`", lambda: DataLoader(data, batch_size=batch_size, shuffle=True),
+             lambda batch: [t.to(dev) for t in batch]),
+            ("`prepare_data_loader(resident=False)`, `data_loader_kwargs()`", lambda: trial.prepare_data_loader(
+                DataLoader(data, batch_size=batch_size, shuffle=True, **kwargs), resident=False), None),
+            ("`prepare_data_loader(resident=True)`", lambda: trial.prepare_data_loader(
+                DataLoader(data, batch_size=batch_size, shuffle=True), resident=True), None)]
+        rows = []
+        for name, make, move in cases:
+            torch.manual_seed(0)
+            model = trial.prepare_model(build_model(channels))
+            opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+            loader = make()
+            times = []
+            for epoch in range(1 + epochs):
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for batch in loader:
+                    xb, yb = move(batch) if move else batch
+                    opt.zero_grad(set_to_none=True)
+                    torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                    opt.step()
+                if cuda:
+                    torch.cuda.synchronize()
+                if epoch:
+                    times.append(time.perf_counter() - t0)
+            rows.append({"loader": name, "resident": bool(getattr(loader, "resident", False)), "batches": len(loader),
+                         "epoch_s": statistics.median(times), "epochs_s": times})
+            del loader  # a persistent worker ends with its loader
+        for row in rows:
+            row["speedup"] = rows[0]["epoch_s"] / row["epoch_s"]
+        label = DRY_LABEL if dry else GPU_LABEL if cuda else "measured on the CPU (no GPU)"
+        return {"label": label, "dry_run": dry, "device": str(dev), "samples": len(y), "batch": batch_size,
+                "channels": channels, "warmup_epochs": 1, "epochs": epochs, "cpu": DATA_CPU,
+                "gpu": 1.0 if cuda else 0.0, "loader_kwargs": kwargs, "rows": rows}
+    finally:
+        trial.configure(None)
+        torch.set_num_threads(threads)
+
+
+def render_data(section: dict) -> list[str]:
+    """The Markdown lines of :func:`measure_data`'s table (a paragraph, then the table), to add to the section."""
+    label, get = section.get("label", ""), section.get
+    mark = f" ({label})" if get("dry_run") else ""
+    out = [f"\n**Data to the device: the MNIST example CNN's epoch time**{mark}. {get('samples')} bundled digits, "
+           f"batch {get('batch')}, {get('channels')} channels, fp32, on {get('device')}; the median of "
+           f"{get('epochs')} epochs after {get('warmup_epochs')} untimed; `data_loader_kwargs()` for cpu "
+           f"{get('cpu')}, gpu {get('gpu')}: `{json.dumps(get('loader_kwargs'))}`.\n",
+           _error(section) + "| loader | resident | batches / epoch | epoch (ms) | speed-up over the plain "
+           "DataLoader | figure |\n|---|---|---|---|---|---|"]
+    for r in get("rows", []):
+        out.append(f"| {r['loader']} | {'yes' if r['resident'] else 'no'} | {r['batches']} | "
+                   f"{_f(r['epoch_s'] * 1e3, 1)} | {_f(r['speedup'])} | {label} |")
+    return out
 
 
 def _mnist_spec(name: str, storage: Path, trials: int, epochs: int, resources: dict, dry: bool) -> dict:
@@ -789,14 +906,18 @@ def render(record: dict, note: str = "") -> str:
                    f"{_f(r['ratio_to_first'])} | {_f(r['best_val_accuracy'], 3)} | {label} |")
     amp = record.get("amp", {})
     out.append(f"\n**2. AMP against fp32: step time**{mark}. Forward under `trial.autocast()`, backward and SGD "
-               f"step through `trial.scaler()` (tuner's `amp: true`; here {amp.get('amp_dtype')}); the median of "
-               f"{amp.get('steps')} timed steps after {amp.get('warmup')} untimed; TF32 matmul "
+               f"step through `trial.scaler()` (tuner's `amp: true`; here {amp.get('amp_dtype')}), the model through "
+               "`trial.prepare_model` and the batch through `trial.to_device`, as a user's `amp: true` gets them "
+               "(on CUDA a conv net in channels_last, cudnn.benchmark on; fp32 rows with torch's defaults); the median "
+               f"of {amp.get('steps')} timed steps after {amp.get('warmup')} untimed; TF32 matmul "
                f"{amp.get('tf32_matmul')}, cuDNN TF32 {amp.get('tf32_cudnn')} (torch's defaults).\n")
-    out.append(_error(amp) + "| model | batch | input | fp32 (ms / step) | AMP (ms / step) | fp32 / AMP | figure |"
-               "\n|---|---|---|---|---|---|---|")
+    out.append(_error(amp) + "| model | batch | input | fp32 (ms / step) | AMP (ms / step) | fp32 / AMP | "
+               "AMP: channels_last | AMP: cudnn.benchmark | figure |\n|---|---|---|---|---|---|---|---|---|")
     for r in amp.get("rows", []):
+        setup = r.get("amp_setup", {})
         out.append(f"| {r['model']} | {r['batch']} | {r['input']} | {_f(r['fp32_s'] * 1e3)} | {_f(r['amp_s'] * 1e3)} | "
-                   f"{_f(r['speedup'])} | {label} |")
+                   f"{_f(r['speedup'])} | {_f(setup.get('channels_last'))} | {_f(setup.get('cudnn_benchmark'))} | "
+                   f"{label} |")
     oom = record.get("oom", {})
     how = ("simulated: the train function raises `torch.cuda.OutOfMemoryError` itself past a limit" if dry
            else "a real CUDA out-of-memory from the caching allocator")

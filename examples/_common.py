@@ -2,10 +2,12 @@
 
 The same code runs unchanged as a single process or as one rank of a DDP trial
 (``resources.workers`` in the spec): the model comes from ``trial.prepare_model``
-(device + ``DistributedDataParallel`` wrap), the training batches from
-``trial.prepare_data_loader`` (each rank trains on its shard of every epoch), every
-rank evaluates the full validation set (so the metrics rank 0 reports are those of
-the whole model), only rank 0 writes checkpoints, and every rank restores them.
+(device, ``channels_last`` under AMP on CUDA, ``DistributedDataParallel`` wrap), the
+training batches from ``trial.prepare_data_loader`` (each rank trains on its shard of
+every epoch; the examples' small tensor sets stay resident on the device), every rank
+evaluates the full validation set (so the metrics rank 0 reports are those of the whole
+model; its batches go through ``trial.to_device``), only rank 0 writes checkpoints, and
+every rank restores them.
 
 Only :mod:`tuner.trial` talks to Ray; nothing here imports ray.
 """
@@ -16,7 +18,7 @@ import os
 import shutil
 import time
 import tempfile
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -181,7 +183,7 @@ def evaluate(model: nn.Module, loader: DataLoader, prep: Callable | None = None)
     Args:
         model: Maps images (N, C, H, W) to logits (N, 10); possibly DDP-wrapped.
         loader: Yields ``(images, labels)`` on any device; they are moved to
-            ``trial.device()``.
+            ``trial.device()`` with ``trial.to_device``.
         prep: Optional function applied to each image batch.
 
     Returns:
@@ -190,12 +192,11 @@ def evaluate(model: nn.Module, loader: DataLoader, prep: Callable | None = None)
     net = unwrap(model)
     net.eval()
     target = trial.device()
-    non_blocking = getattr(loader, "pin_memory", False)
     loss = torch.zeros((), dtype=torch.float64, device=target)
     correct = torch.zeros((), dtype=torch.int64, device=target)
     count = 0
-    for x, y in loader:
-        x, y = x.to(target, non_blocking=non_blocking), y.to(target, non_blocking=non_blocking)
+    for batch in loader:
+        x, y = trial.to_device(batch)  # non-blocking from pinned memory; channels_last images under AMP on CUDA
         with trial.autocast():
             logits = net(prep(x) if prep else x)
         logits = logits.float()  # the loss in float32 under AMP too
@@ -230,9 +231,10 @@ def fit(
     Resumes after the epoch stored in ``trial.get_checkpoint()``. Each epoch reports
     ``val_loss``, ``val_accuracy``, ``train_loss``, ``epoch`` (epochs completed),
     ``params_count`` (the model's trainable parameters) and ``epoch_time_s`` (seconds the
-    epoch's training and validation took: a cost objective beside accuracy), with a checkpoint (written by the main process only). The RNG (shuffling, dropout)
-    is reseeded from ``(seed, epoch)`` at each epoch, so a resumed trial gives the same
-    numbers as an uninterrupted one.
+    epoch's training and validation took: a cost objective beside accuracy), with a checkpoint (written by the main
+    process only). The shuffle comes from ``(seed, epoch)`` (``trial.prepare_data_loader``) and the global RNG
+    (dropout) is reseeded from them at each epoch, so a resumed trial gives the same numbers as an uninterrupted
+    one.
 
     In a DDP trial each rank trains on its shard with ``batch_size // world_size``
     samples a step (``batch_size`` stays the global batch), then every rank evaluates
@@ -249,11 +251,11 @@ def fit(
         prep: Optional function applied to each image batch.
     """
     start = load_checkpoint(model, optimizer)
-    # In DDP the DistributedSampler shuffles from (seed, epoch): the same shards after a resume.
+    # The shuffle comes from (seed, epoch), resident or through a DistributedSampler: the same order after a resume.
     train_loader = trial.prepare_data_loader(DataLoader(train_set, batch_size=batch_size, shuffle=True),
                                              seed=seed, start_epoch=start)
-    pin = trial.device().type == "cuda"
-    val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE, pin_memory=pin)
+    # Every rank evaluates the whole set: a plain DataLoader (not sharded), sized to the trial's CPUs and GPUs.
+    val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE, **trial.data_loader_kwargs())
     params_count = sum(p.numel() for p in unwrap(model).parameters() if p.requires_grad)
     for epoch in range(start, epochs):
         torch.manual_seed(_epoch_seed(seed, epoch))

@@ -169,7 +169,8 @@ def make_fake_cifar(root: str | os.PathLike, n_per_batch: int = 20, seed: int = 
         }
         with open(os.path.join(folder, name), "wb") as f:
             pickle.dump(batch, f, protocol=2)
-    meta = {b"num_cases_per_batch": n_per_batch, b"label_names": [f"class_{i}".encode() for i in range(10)], b"num_vis": 3072}
+    meta = {b"num_cases_per_batch": n_per_batch, b"label_names": [f"class_{i}".encode() for i in range(10)],
+            b"num_vis": 3072}
     with open(os.path.join(folder, "batches.meta"), "wb") as f:
         pickle.dump(meta, f, protocol=2)
     return folder

@@ -520,3 +520,29 @@ def test_gpu_suite_dry_run_writes_every_section(ray_local, tmp_path):
     assert record["ddp"]["skipped"] == "--skip-ddp" and "Skipped: --skip-ddp." in text
     measured = g.render({**record, "dry_run": False, "label": g.GPU_LABEL})
     assert g.DRY_LABEL not in measured and g.GPU_LABEL in measured
+
+
+def test_gpu_suite_amp_steps_go_through_tuners_helpers_and_the_data_table():
+    """The AMP step builds its model with trial.prepare_model and moves its batch with trial.to_device, and says
+    whether channels_last and cudnn.benchmark were on (both off on the CPU, and cudnn.benchmark as it was after);
+    measure_data times the three loaders (the last one resident) and render_data makes their table."""
+    import torch
+
+    from benchmarks import gpu_suite as g
+
+    info: dict = {}
+    benchmark = torch.backends.cudnn.benchmark
+    seconds = g.step_time(lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(),
+                                                      torch.nn.Linear(4 * 6 * 6, 10)), (3, 8, 8), 2, True, 0, 1, info)
+    assert seconds > 0 and info == {"channels_last": False, "input_channels_last": False, "cudnn_benchmark": False}
+    assert torch.backends.cudnn.benchmark == benchmark
+    section = g.measure_data(True)
+    assert [(r["resident"], r["batches"]) for r in section["rows"]] == [(False, 4), (False, 4), (True, 4)]
+    assert section["loader_kwargs"] == {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+    assert section["rows"][0]["speedup"] == 1 and all(r["epoch_s"] > 0 and len(r["epochs_s"]) == 2
+                                                       for r in section["rows"])
+    lines = "\n".join(g.render_data(section)).splitlines()
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| -")]
+    assert rows[0].startswith("| loader | resident |") and len(rows) == 4
+    assert all(r.endswith(f"| {g.DRY_LABEL} |") for r in rows[1:]) and rows[3].split(" | ")[1] == "yes"
+    assert "Data to the device" in lines[1] and "(dry run (CPU), not a GPU figure)" in lines[1]

@@ -89,6 +89,22 @@ def test_mnist_learns_and_reports(reports):
     assert trial.local_reports()[-1] == reports[-1][0]
 
 
+def test_mnist_trains_on_resident_batches(reports, monkeypatch):
+    """The digits are a small TensorDataset: fit's training loader keeps them resident (batched by indexing, no
+    DataLoader), and the validation loader is a plain DataLoader built with trial.data_loader_kwargs()."""
+    kinds, real = [], trial.prepare_data_loader
+
+    def prepare(*args, **kwargs):
+        loader = real(*args, **kwargs)
+        kinds.append(loader.resident)
+        return loader
+
+    monkeypatch.setattr(trial, "prepare_data_loader", prepare)
+    mnist.train(QUICK)
+    assert kinds == [True]
+    assert_sane(reports[-1][0], 1)
+
+
 def test_mnist_resume_continues_at_next_epoch(reports, monkeypatch):
     mnist.train({**QUICK, "epochs": 3})
     full = [m for m, _ in reports]
@@ -269,7 +285,7 @@ def test_resumed_ddp_loader_shuffles_like_an_uninterrupted_one():
         # What trial.prepare_data_loader(..., seed=, start_epoch=) builds for rank 0 of 2.
         sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=seed)
         dl = DataLoader(data, batch_size=4, sampler=sampler)
-        return trial._DeviceLoader(dl, torch.device("cpu"), non_blocking=False, start_epoch=start_epoch)
+        return trial._DeviceLoader(dl, torch.device("cpu"), start_epoch=start_epoch)
 
     def order(dl):
         return [int(v) for x, _ in dl for v in x]

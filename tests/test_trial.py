@@ -30,18 +30,12 @@ def test_single_process_defaults():
     assert trial.get_checkpoint() is None
 
 
-@pytest.mark.parametrize("cpu,gpu,expected", [(1, 0, 0), (8, 1, 4), (2, 1, 2), (16, 2, 8), (3, 0.5, 2)])
-def test_default_num_workers_is_min_of_4_per_gpu_and_cpus(options, cpu, gpu, expected):
-    with options(cpu=cpu, gpu=gpu):
-        assert trial.default_num_workers() == expected
-
-
 def test_prepare_data_loader_single_process(options):
     data = TensorDataset(torch.arange(10.0), torch.arange(10))
     with options(cpu=1, gpu=0):
-        loader = trial.prepare_data_loader(DataLoader(data, batch_size=4, shuffle=False))
+        loader = trial.prepare_data_loader(DataLoader(data, batch_size=4, shuffle=False), resident=False)
         batches = list(loader)
-    assert len(loader) == 3 and [len(b[0]) for b in batches] == [4, 4, 2]
+    assert len(loader) == 3 and [len(b[0]) for b in batches] == [4, 4, 2] and loader.resident is False
     assert isinstance(loader.loader.sampler, SequentialSampler)
     assert loader.loader.num_workers == 0 and loader.loader.pin_memory is False
     assert torch.equal(torch.cat([b[1] for b in batches]), torch.arange(10))
@@ -50,7 +44,8 @@ def test_prepare_data_loader_single_process(options):
 def test_prepare_data_loader_keeps_user_settings(options):
     data = TensorDataset(torch.arange(8.0))
     with options(cpu=4, gpu=0):
-        loader = trial.prepare_data_loader(DataLoader(data, batch_size=2), num_workers=1, pin_memory=False)
+        loader = trial.prepare_data_loader(DataLoader(data, batch_size=2), num_workers=1, pin_memory=False,
+                                           resident=False)
     assert loader.loader.num_workers == 1
 
 
@@ -148,3 +143,192 @@ def test_the_drivers_tensorboard_logging_does_not_import_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == ["False", "1.0"]
     assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+# --------------------------------------------------------------------------- AMP: channels_last (issue 30)
+
+
+def _net(*layers):
+    return torch.nn.Sequential(*layers, torch.nn.Flatten(), torch.nn.LazyLinear(2))
+
+
+@pytest.mark.parametrize("amp,device_type,layers,wanted", [
+    (True, "cuda", [torch.nn.Conv2d(3, 8, 3)], True),
+    (True, "cuda", [torch.nn.Sequential(torch.nn.ReLU(), torch.nn.ConvTranspose2d(3, 8, 3))], True),  # nested
+    (False, "cuda", [torch.nn.Conv2d(3, 8, 3)], False),  # AMP off
+    (True, "cpu", [torch.nn.Conv2d(3, 8, 3)], False),  # off CUDA
+    (True, "cuda", [torch.nn.Linear(3, 8)], False),  # no convolution
+    (True, "cuda", [torch.nn.Conv1d(3, 8, 3)], False),  # 3-D weights: no channels_last layout
+    (True, "cuda", [torch.nn.Conv3d(3, 8, 3)], False),  # channels_last_3d: not measured, not turned on
+    (True, "cuda", [torch.nn.LazyConv2d(8, 3)], False),  # weight not initialised yet: nothing to convert
+])
+def test_channels_last_is_wanted_only_under_amp_on_cuda_with_a_2d_convolution(amp, device_type, layers, wanted):
+    assert trial._channels_last_wanted(amp, device_type, _net(*layers)) is wanted
+
+
+def test_prepare_model_under_amp_on_the_cpu_changes_nothing(options):
+    benchmark = torch.backends.cudnn.benchmark
+    conv = torch.nn.Conv2d(8, 8, 3)
+    with options(amp=True, gpu=0):
+        model = trial.prepare_model(torch.nn.Sequential(conv))
+        x = trial.to_device(torch.randn(2, 8, 5, 5))
+    assert conv.weight.is_contiguous() and not conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert x.is_contiguous() and not x.is_contiguous(memory_format=torch.channels_last)
+    assert torch.backends.cudnn.benchmark == benchmark
+    assert model(x).shape == (2, 8, 3, 3)
+
+
+# --------------------------------------------------------------------------- to_device (issue 30)
+
+
+def test_to_device_moves_nested_batches_and_keeps_their_shape(options):
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "x y")
+    batch = {"img": torch.ones(2, 3, 4, 4), "pair": Pair(torch.zeros(2), [torch.arange(2), "name"]),
+             "meta": (1, None)}
+    with options(gpu=0):
+        out = trial.to_device(batch)
+    assert out.keys() == batch.keys() and isinstance(out["pair"], Pair) and isinstance(out["pair"].y, list)
+    assert out["pair"].y[1] == "name" and out["meta"] == (1, None)
+    assert out["img"].device.type == "cpu" and torch.equal(out["img"], batch["img"])
+    assert out["img"].is_contiguous(), "channels_last only after prepare_model turned it on"
+
+
+def test_channels_last_inputs_once_on_through_every_path(options, monkeypatch):
+    """What prepare_model's conversion turns on (on CUDA) reaches to_device and both loaders of
+    prepare_data_loader: one definition of the move. 4-D float tensors only; the values stay."""
+    images = torch.randn(6, 3, 4, 5)
+    data = TensorDataset(images, torch.arange(6), torch.ones(6, 2, 2, 2, dtype=torch.uint8))
+    with options(gpu=0):
+        monkeypatch.setattr(trial, "_channels_last", True)  # as prepare_model sets it on CUDA under AMP
+        moved = trial.to_device([images, torch.ones(2, 3, 4)])
+        loaders = [trial.prepare_data_loader(DataLoader(data, batch_size=4), resident=r) for r in (False, True)]
+        batches = [next(iter(loader)) for loader in loaders]
+    assert moved[0].is_contiguous(memory_format=torch.channels_last) and not moved[0].is_contiguous()
+    assert moved[1].is_contiguous(), "3-D: no channels_last layout"
+    for x, _, mask in batches:
+        assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        assert torch.equal(x, images[:4]) and mask.is_contiguous() and not mask.is_contiguous(
+            memory_format=torch.channels_last), "integer 4-D tensors keep their layout"
+    trial.configure(None)
+    assert trial._channels_last is False, "a new trial starts without it"
+
+
+# --------------------------------------------------------------------------- data_loader_kwargs (issue 30)
+
+
+@pytest.mark.parametrize("cpu,gpu,workers", [
+    (1, 0, 0), (4, 0, 0),  # CPU-only: torch's threads use the trial's CPUs
+    (1, 1, 0), (2, 1, 1), (8, 1, 4), (16, 2, 8), (64, 4, 16),  # 4 per GPU, leaving the trial's own process a CPU
+    (2, 0.25, 1), (8, 0.25, 1), (3, 0.5, 2), (8, 0.1, 1), (8, 0.3, 2),  # fractional GPUs
+    (0.5, 0.25, 0), (2.5, 0.25, 1), (1.5, 1, 0),  # fractional CPUs: whole ones only
+])
+def test_data_loader_kwargs_fit_the_trials_own_share(options, cpu, gpu, workers):
+    with options(cpu=cpu, gpu=gpu):
+        kwargs = trial.data_loader_kwargs()
+        assert trial.default_num_workers() == workers
+    assert kwargs == {"num_workers": workers, "pin_memory": False, "persistent_workers": workers > 0}, \
+        "pinned only when training on CUDA (this machine has no GPU)"
+
+
+def test_data_loader_kwargs_build_a_working_loader(options):
+    data = TensorDataset(torch.arange(12.0))
+    with options(cpu=2, gpu=0.25):
+        kwargs = trial.data_loader_kwargs()
+        loader = DataLoader(data, batch_size=5, **kwargs)
+        assert kwargs["num_workers"] == 1 and kwargs["persistent_workers"]
+        for _ in range(2):  # the worker stays up between epochs
+            assert torch.equal(torch.cat([b[0] for b in loader]), torch.arange(12.0))
+
+
+# --------------------------------------------------------------------------- resident data (issue 30)
+
+
+def _values(batches):
+    return [[t.tolist() for t in batch] for batch in batches]
+
+
+@pytest.mark.parametrize("n,batch,world_size,shuffle,drop_last", [
+    (10, 4, 1, True, False), (10, 4, 1, False, True), (17, 3, 2, True, False), (17, 4, 3, True, True),
+    (2, 2, 3, True, False), (16, 8, 2, False, False),
+])
+def test_resident_batches_are_those_of_a_distributed_sampler(n, batch, world_size, shuffle, drop_last):
+    """Each rank gets the batches a DataLoader over a DistributedSampler with the same seed and epoch gives
+    (padding included), epoch after epoch, from start_epoch on; the same len() and drop_last."""
+    data = TensorDataset(torch.arange(n) * 10, torch.randn(n, 2, 3, 3))
+    for rank in range(world_size):
+        sampler = torch.utils.data.DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=7)
+        reference = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=drop_last)
+        resident = trial._ResidentLoader(data, torch.device("cpu"), batch_size=batch, shuffle=shuffle,
+                                         drop_last=drop_last, seed=7, start_epoch=2, world_size=world_size, rank=rank)
+        assert len(resident) == len(reference)
+        for epoch in (2, 3, 4):
+            sampler.set_epoch(epoch)
+            assert _values(resident) == _values(reference), (rank, epoch)
+
+
+def test_a_small_tensor_dataset_is_resident_and_reshuffled_each_epoch(options):
+    data = TensorDataset(torch.arange(10.0).reshape(10, 1), torch.arange(10))
+    with options(cpu=1, gpu=0):
+        loader = trial.prepare_data_loader(DataLoader(data, batch_size=4, shuffle=True, drop_last=True), seed=3)
+        epochs = [[int(v) for _, y in loader for v in y] for _ in range(3)]
+        resumed = trial.prepare_data_loader(DataLoader(data, batch_size=4, shuffle=True, drop_last=True), seed=3,
+                                            start_epoch=1)
+        other_seed = trial.prepare_data_loader(DataLoader(data, batch_size=4, shuffle=True, drop_last=True), seed=4)
+        first = next(iter(loader))
+    assert loader.resident and loader.dataset is data and len(loader) == 2 and isinstance(first, list), "a list, as default_collate makes it"
+    assert first[0].shape == (4, 1) and first[1].dtype == torch.int64
+    assert all(len(e) == 8 and len(set(e)) == 8 for e in epochs) and epochs[0] != epochs[1] != epochs[2]
+    assert epochs == [trial._shard_order(10, 1, 0, True, 3, e)[:8].tolist() for e in range(3)], \
+        "drawn on the CPU from seed + epoch: the same batches on every device"
+    assert [[int(v) for _, y in resumed for v in y] for _ in range(2)] == epochs[1:]
+    assert [int(v) for _, y in other_seed for v in y] != epochs[0]
+
+
+def test_resident_sequential_batches_equal_the_dataloaders_and_are_new_tensors(options):
+    data = TensorDataset(torch.randn(7, 1, 2, 2), torch.arange(7))
+    with options(cpu=1, gpu=0):
+        loader = trial.prepare_data_loader(DataLoader(data, batch_size=3))
+        first = _values(loader)
+        for x, _ in loader:
+            x.add_(100)  # in place on a batch, as a user's prep may do
+        again = _values(loader)
+    assert loader.resident and first == _values(DataLoader(data, batch_size=3)) == again
+
+
+def test_resident_auto_and_forced(options):
+    small = TensorDataset(torch.zeros(8, 2))
+    with options(cpu=1, gpu=0):
+        def prepared(loader, **kw):
+            return trial.prepare_data_loader(loader, **kw).resident
+
+        assert prepared(DataLoader(small, batch_size=2)) is True
+        assert prepared(DataLoader(small, batch_size=2), resident=False) is False
+        weighted = torch.utils.data.WeightedRandomSampler([1.0] * 8, 8)
+        assert prepared(DataLoader(small, batch_size=2, sampler=weighted)) is False, "its own sampler: a DataLoader"
+        assert prepared(DataLoader(small, batch_size=2, collate_fn=lambda b: b)) is False
+        own_shuffle = DataLoader(small, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(1))
+        assert prepared(own_shuffle) is False, "a loader with its own generator keeps its shuffle"
+        assert prepared(own_shuffle, resident=True) is True
+        # Over the budget: not resident unless forced (the tensor's pages are never touched).
+        big = TensorDataset(torch.empty(trial.RESIDENT_MAX_BYTES + 1, dtype=torch.uint8))
+        assert prepared(DataLoader(big, batch_size=2**20)) is False
+        assert prepared(DataLoader(big, batch_size=2**20), resident=True) is True
+        with pytest.raises(ValueError, match=r"resident=True\) cannot keep this loader's data on the device: its "
+                                             r"dataset is a list, not a torch.utils.data.TensorDataset"):
+            trial.prepare_data_loader(DataLoader([1, 2, 3], batch_size=2), resident=True)
+        with pytest.raises(ValueError, match="it has its own collate_fn"):
+            trial.prepare_data_loader(DataLoader(small, batch_size=2, collate_fn=lambda b: b), resident=True)
+        with pytest.raises(ValueError, match="it has its own sampler"):
+            trial.prepare_data_loader(DataLoader(small, batch_size=2, sampler=weighted), resident=True)
+
+
+@pytest.mark.parametrize("nbytes,free,fits", [
+    (trial.RESIDENT_MAX_BYTES, None, True), (trial.RESIDENT_MAX_BYTES + 1, None, False),  # the CPU: the budget only
+    (100, 400, True), (101, 400, False),  # CUDA: at most a quarter of the free memory
+    (trial.RESIDENT_MAX_BYTES + 1, 2**40, False),
+])
+def test_the_resident_budget(nbytes, free, fits):
+    assert trial.RESIDENT_FREE_FRACTION == 0.25
+    assert trial._fits_resident(nbytes, free) is fits
