@@ -423,11 +423,11 @@ def test_resnet_trains_and_reports_on_synthetic_images(reports):
 def test_resnet_trains_on_a_cifar_folder(reports, tmp_path, monkeypatch):
     """With data_dir, the images are CIFAR-10's (here a tiny folder in its format), not synthetic ones;
     $TUNER_CIFAR_DIR alone does not switch from synthetic images."""
-    folder = cifar.make_fake_cifar(tmp_path, n_per_batch=20)
-    resnet.train({"data_dir": folder, "width": 8, "batch_size": 40, "epochs": 1})
+    folder = cifar.make_fake_cifar(tmp_path, n_per_batch=80)  # 320 training images, 80 validation images
+    resnet.train({"data_dir": folder, "width": 8, "batch_size": 32, "limit_train": 64, "limit_val": 64, "epochs": 1})
     (metrics, _), = reports
     assert_sane(metrics, 1)
     assert resnet.data_label({"data_dir": folder}) == f"CIFAR-10 ({folder})"
-    assert resnet.load_data({**resnet.DEFAULTS, "data_dir": folder})[0].shape == (80, 3, 32, 32)
+    assert resnet.load_data({**resnet.DEFAULTS, "data_dir": folder})[0].shape == (320, 3, 32, 32)
     monkeypatch.setenv("TUNER_CIFAR_DIR", folder)
     assert resnet.load_data({**resnet.DEFAULTS, "n_train": 30, "n_val": 10})[0].shape == (30, 3, 32, 32)
