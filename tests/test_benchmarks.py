@@ -1,5 +1,6 @@
 """The benchmarks run at a tiny size and write their figures (no time is asserted)."""
 
+import argparse
 import importlib.util
 import json
 import math
@@ -489,37 +490,173 @@ def test_gpu_suite_pack_selection_size_and_travel(tmp_path):
     assert g.oom_sizes(80 * 2**30) == {"batch_size": 64, "bytes_per_sample": 80 * 2**30 // 32, "expected_batch": 16}
 
 
-def test_gpu_suite_dry_run_writes_every_section(ray_local, tmp_path):
-    """`gpu_suite.py run --dry-run` on the session's Ray: every measurement's plumbing on CPU, every figure marked
-    as a dry run; the OOM back-off halves the batch twice and the trial finishes. (DDP's worker-group start-up
-    would cost ~15 s here, so this run records it as skipped; the DDP case runs in the full dry run.)"""
-    import json
+def test_gpu_suite_settings_sections_and_estimate(capsys):
+    """GPU settings are numbers or "auto", passed to the spec's resources unchanged; --sections takes a subset
+    and names the allowed ones when given another; the printed estimate of the default run is the sum of its
+    sections (arithmetic on the recorded H200 figures, not a measured time) and stays within 5 minutes."""
+    from benchmarks import gpu_suite as g
 
+    assert g.parse_settings("1, 0.5,0.25,AUTO") == [1.0, 0.5, 0.25, "auto"] == list(g.GPU_SETTINGS)
+    for bad in ("0", "-1", "x", "1,,2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="a number above 0 .* or 'auto'"):
+            g.parse_settings(bad)
+    assert g.trial_resources("auto", 2, dry=False) == {"cpu": 2, "gpu": "auto"}
+    assert g.trial_resources(0.25, 2, dry=False) == {"cpu": 2, "gpu": 0.25}
+    assert g.trial_resources("auto", 2, dry=True) == {"cpu": 1}
+    assert g.parse_sections("ddp,amp") == ["amp", "ddp"]  # in running order
+    args = g.parser().parse_args(["run"])
+    assert args.sections == list(g.SECTIONS) and args.fractions == args.gpubound_settings == list(g.GPU_SETTINGS)
+    with pytest.raises(SystemExit):
+        g.parser().parse_args(["run", "--sections", "amp,gpu_bound"])
+    err = capsys.readouterr().err
+    assert "argument --sections: unknown section(s) 'gpu_bound'; allowed: " + ", ".join(g.SECTIONS) in err
+    est = g.estimate_seconds(args.sections, len(args.fractions), args.trials, args.epochs,
+                             len(args.gpubound_settings), args.gpubound_trials, args.gpubound_reports)
+    assert set(est) == {"amp", "packing", "oom", "gpubound", "ddp", "ray_start", "total"}
+    assert est["total"] == pytest.approx(sum(v for k, v in est.items() if k != "total")) and est["total"] < 300
+    assert "ddp" not in g.estimate_seconds(["amp", "ddp"], 0, 8, 3, 0, 8, 4, skip_ddp=True)
+
+
+def test_gpu_suite_version_is_the_packed_commit(tmp_path, monkeypatch):
+    """The version line is the commit `pack` recorded, else tuner's own version, and never what git says where
+    the suite runs: a copy without its .git inside another repository is not that repository's commit."""
+    from benchmarks import gpu_suite as g
+    import tuner
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    packed = g.pack_commit(ROOT)
+    assert packed["commit"] == head and isinstance(packed["dirty"], bool)
+    outer = tmp_path / "outer"
+    (outer / "copy").mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=outer, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "outer"], cwd=outer, check=True)
+    assert g.pack_commit(outer / "copy") == {"commit": None, "dirty": False, "dirty_paths": []}
+    (outer / "tuner").mkdir()
+    (outer / "tuner" / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "tuner/a.py"], cwd=outer, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], cwd=outer, check=True)
+    (outer / "tuner" / "a.py").write_text("x = 2\n")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=outer, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert g.pack_commit(outer) == {"commit": commit, "dirty": True, "dirty_paths": ["tuner/a.py"]}
+
+    def no_git(*args, **kwargs):
+        raise AssertionError(f"suite_version ran {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    (tmp_path / g.MANIFEST_NAME).write_text(json.dumps({"python": "3.12", "commit": "abc1234", "dirty": True}))
+    assert g.suite_version(tmp_path) == "tuner abc1234 (commit at pack time, with uncommitted changes)"
+    (tmp_path / g.MANIFEST_NAME).write_text(json.dumps({"python": "3.12", "commit": "abc1234", "dirty": False}))
+    assert g.suite_version(tmp_path) == "tuner abc1234 (commit at pack time)"
+    no_manifest = f"tuner {tuner.__version__} (package version; no pack manifest)"
+    assert g.suite_version(None) == g.suite_version(outer) == no_manifest
+
+
+class _FakeNvml:
+    """pynvml's calls the sampler makes, returning the utilizations and memory given, one per sample."""
+
+    def __init__(self, utils, used, fail_init=False):
+        self.utils, self.used, self.fail_init, self.shut = list(utils), list(used), fail_init, False
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise OSError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Rates", (), {"gpu": self.utils.pop(0)})
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Memory", (), {"used": self.used.pop(0)})
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+
+def test_gpu_sampler_means_its_samples_and_runs_without_nvml():
+    """GpuSampler samples on entering and on leaving (and every period between: an hour here, so never), and
+    gives the mean utilization and the peak memory; without NVML it says so and its figures are None."""
+    from benchmarks import gpu_suite as g
+
+    nvml = _FakeNvml([30, 80], [2 * 2**30, 5 * 2**30])
+    with g.GpuSampler(period_s=3600, nvml=nvml) as sampler:
+        assert sampler._thread.is_alive()
+    assert not sampler._thread.is_alive() and nvml.shut
+    assert sampler.summary() == {"nvml": "ok", "period_s": 3600.0, "samples": 2, "mean_gpu_util_percent": 55.0,
+                                 "device_memory_peak_bytes": 5 * 2**30}
+    with g.GpuSampler(nvml=_FakeNvml([], [], fail_init=True)) as sampler:
+        pass
+    assert sampler.summary() == {"nvml": "no NVML (OSError: NVML Shared Library Not Found)", "period_s": 0.5,
+                                 "samples": 0, "mean_gpu_util_percent": None, "device_memory_peak_bytes": None}
+    assert sampler.period_s == g.SAMPLE_PERIOD_S
+
+
+def test_gpu_suite_renders_a_gpu_record():
+    """The H200 record of 2026-11-27 (main 5a5f3bf, before the GPU-bound section existed) renders the sections it
+    holds, each figure labelled with the GPU and the date, and none it lacks."""
+    from benchmarks import gpu_suite as g
+
+    record = json.loads((ROOT / "tests" / "gpu_suite" / "h200-2026-11-27.json").read_text())
+    text = g.render(record)
+    for part in ("1. Fractional GPUs", "2. AMP against fp32", "3. CUDA out of memory", "4. GPU metrics",
+                 "5. DDP against a single process"):
+        assert f"**{part}" in text, part
+    assert "**6. A GPU-bound" not in text and "**7. Data" not in text and g.DRY_LABEL not in text
+    figures = [r for r in text.splitlines() if r.startswith("| ") and "measured on" in r]
+    assert len(figures) == 3 + 2 + 1 + 2 + 2 and all(r.endswith("| measured on NVIDIA H200, 2026-11-27 |")
+                                                     for r in figures)
+    assert "tuner 5a5f3bf." in text and "**1. Fractional GPUs: MNIST trials per hour** (measured on NVIDIA H200" in text
+
+
+def test_gpu_suite_dry_run_writes_every_section(ray_local, tmp_path):
+    """`gpu_suite.py run --dry-run` on the session's Ray: every section but DDP (whose worker-group start-up
+    would cost ~15 s here; it runs in the full dry run, and renders in the test above), at one GPU setting
+    each, on CPU; every figure marked as a dry run; the OOM back-off halves the batch twice and the trial
+    finishes; the GPU-bound ResNet trial runs under ASHA; no NVML here, so no utilization figure."""
     from benchmarks import gpu_suite as g
 
     out, doc = tmp_path / "out", tmp_path / "bench.md"
-    args = g.parser().parse_args(["run", "--dry-run", "--trials", "1", "--fractions", "0.5", "--skip-ddp",
-                                  "--out", str(out), "--output", str(doc)])
+    sections = [s for s in g.SECTIONS if s != "ddp"]
+    args = g.parser().parse_args(["run", "--dry-run", "--sections", ",".join(sections), "--trials", "1",
+                                  "--fractions", "auto", "--gpubound-settings", "0.5", "--gpubound-trials", "1",
+                                  "--gpubound-reports", "1", "--out", str(out), "--output", str(doc)])
     assert g.cmd_run(args) == 0
     record = json.loads((out / g.JSON_NAME).read_text())
     text = doc.read_text()
     assert text == "# Benchmarks\n\n" + (out / g.MD_NAME).read_text()
     assert f"## {g.HEADING}" in text and "**Failed**" not in text and "CPU dry run" in text
+    assert record["sections"] == sections and "ddp" not in record and "**5. DDP" not in text
     for part in ("1. Fractional GPUs", "2. AMP against fp32", "3. CUDA out of memory", "4. GPU metrics",
-                 "5. DDP against a single process"):
+                 "6. A GPU-bound workload"):
         assert f"**{part}" in text, part
-    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| -")]
+    if getattr(g, "measure_data", None) is None:  # the data section comes with another change; until then:
+        assert record["data"]["skipped"] == "no measure_data here" and "**7. Data loading** (" in text
+    assert record["version"].startswith("tuner ") and "pack time" not in record["version"]  # no --pack
+    without_data = g.render({k: v for k, v in record.items() if k != "data"})
+    rows = [line for line in without_data.splitlines() if line.startswith("| ") and not line.startswith("| -")]
     figures = [r for r in rows if g.DRY_LABEL in r]
-    assert len(figures) == 1 + 2 + 1 + 2 and all(r.endswith(f"| {g.DRY_LABEL} |") for r in figures)
+    assert len(figures) == 1 + 2 + 1 + 2 + 1 and all(r.endswith(f"| {g.DRY_LABEL} |") for r in figures)
     (run,) = record["packing"]["runs"]
+    assert run["gpu"] == "auto" and run["resources"] == {"cpu": 1}
     assert run["finished"] == 1 and run["peak_at_once"] == 1 and run["trials_per_hour"] > 0
     assert [r["speedup"] > 0 for r in record["amp"]["rows"]] == [True, True] and record["amp"]["amp_dtype"] == "bfloat16"
     oom = record["oom"]
     assert (oom["batch_size_used"], oom["halved"], oom["finished"], oom["status"]) == (16, True, True, "TERMINATED")
-    assert record["metrics"]["gpu_memory_peak_bytes"]["present"] == 0  # GPU-only keys
-    assert record["ddp"]["skipped"] == "--skip-ddp" and "Skipped: --skip-ddp." in text
+    assert record["metrics"]["gpu_memory_peak_bytes"] == {"trials": 2, "present": 0, "min": None, "max": None}
+    gb = record["gpubound"]
+    (run,) = gb["runs"]
+    assert gb["data"].startswith("synthetic") and gb["fixed"] == g.GPUBOUND_DRY and gb["scheduler"]["type"] == "asha"
+    assert (run["gpu"], run["resources"], run["finished"], run["stopped_early"], run["errors"], run["epochs_total"],
+            run["peak_at_once"]) == (0.5, {"cpu": 1}, 1, 0, 0, 1, 1)
+    assert run["trials_per_hour"] > 0 and 0 <= run["best_val_accuracy"] <= 1 and run["gpu_shares"] == []
+    assert (run["mean_gpu_util_percent"] is None) == run["nvml"].startswith("no NVML")
+    assert "synthetic" in next(r for r in figures if r.startswith("| 0.5 "))
     measured = g.render({**record, "dry_run": False, "label": g.GPU_LABEL})
-    assert g.DRY_LABEL not in measured and g.GPU_LABEL in measured
+    assert g.DRY_LABEL not in measured and "| measured on no GPU (CPU dry run), " in measured
 
 
 def test_gpu_suite_amp_steps_go_through_tuners_helpers_and_the_data_table():

@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from examples import _common, cifar, mnist
+from examples import _common, cifar, mnist, resnet
 from tuner import trial
 
 QUICK = {"epochs": 1, "limit_train": 512, "limit_val": 200, "batch_size": 32, "channels": 8, "lr": 0.05}
@@ -389,3 +389,61 @@ def test_example_config_errors():
         mnist.train({**QUICK, "fc_layers": 4})
     with pytest.raises(ValueError, match="widths must be positive"):
         mnist.build_model(fc_layers=2, hidden1=0)
+
+
+# --------------------------------------------------------------------------- examples/resnet.py
+
+
+def test_resnet_is_resnet18_and_the_suite_keeps_its_name():
+    """ResNet-18 with the CIFAR stem: 11,173,962 parameters at width 64 (He et al., 2016); logits (N, 10) for
+    (N, 3, 32, 32) images; benchmarks/gpu_suite.py's former resnet18_32 builds the same network."""
+    from benchmarks.gpu_suite import resnet18_32
+
+    assert sum(p.numel() for p in resnet.build_model().parameters()) == 11_173_962
+    small = resnet.build_model(width=8)
+    assert small(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    assert resnet.build_model(8, num_classes=3)(torch.zeros(1, 3, 32, 32)).shape == (1, 3)
+    assert repr(resnet18_32(width=8)) == repr(small) and repr(resnet18_32(3, 8)) == repr(resnet.build_model(8, 3))
+
+
+def test_resnet_synthetic_images_show_their_class():
+    """The synthetic set is uint8 (N, 3, 32, 32), balanced, the same on every call for given sizes, and its
+    class shows in the pixels: a nearest-class-mean classifier gets far above chance (0.1) on the validation
+    images (labels drawn apart from the images would give about 0.1)."""
+    x_tr, y_tr, x_val, y_val = resnet.synthetic_data(2000, 500)
+    assert x_tr.shape == (2000, 3, 32, 32) and x_tr.dtype == torch.uint8 and x_val.shape == (500, 3, 32, 32)
+    assert y_tr.dtype == torch.int64 and torch.bincount(torch.cat([y_tr, y_val])).tolist() == [250] * 10
+    resnet._CACHE.clear()
+    again = resnet.synthetic_data(2000, 500)
+    assert all(torch.equal(a, b) for a, b in zip((x_tr, y_tr, x_val, y_val), again))
+    flat = x_tr.float().flatten(1)
+    means = torch.stack([flat[y_tr == c].mean(0) for c in range(10)])
+    accuracy = (torch.cdist(x_val.float().flatten(1), means).argmin(1) == y_val).float().mean().item()
+    assert accuracy > 0.5
+    with pytest.raises(ValueError, match="at least 1 of each"):
+        resnet.synthetic_data(0, 10)
+    assert resnet.data_label({}).startswith("synthetic 32x32 images (15,360 train / 2,048 val")
+    assert resnet.data_label({"limit_train": 100}).startswith("synthetic 32x32 images (100 train")
+
+
+def test_resnet_trains_and_reports_on_synthetic_images(reports):
+    resnet.train({"width": 8, "n_train": 128, "n_val": 64, "batch_size": 32, "lr": 0.05, "epochs": 2})
+    assert [m["epoch"] for m, _ in reports] == [1, 2]
+    for i, (metrics, ckpt) in enumerate(reports):
+        assert_sane(metrics, i + 1)
+        assert os.path.isfile(os.path.join(ckpt, _common.CHECKPOINT_FILE))
+    assert reports[0][0]["params_count"] == sum(p.numel() for p in resnet.build_model(8).parameters())
+    assert reports[1][0]["train_loss"] < reports[0][0]["train_loss"]
+
+
+def test_resnet_trains_on_a_cifar_folder(reports, tmp_path, monkeypatch):
+    """With data_dir, the images are CIFAR-10's (here a tiny folder in its format), not synthetic ones;
+    $TUNER_CIFAR_DIR alone does not switch from synthetic images."""
+    folder = cifar.make_fake_cifar(tmp_path, n_per_batch=80)  # 320 training images, 80 validation images
+    resnet.train({"data_dir": folder, "width": 8, "batch_size": 32, "limit_train": 64, "limit_val": 64, "epochs": 1})
+    (metrics, _), = reports
+    assert_sane(metrics, 1)
+    assert resnet.data_label({"data_dir": folder}) == f"CIFAR-10 ({folder})"
+    assert resnet.load_data({**resnet.DEFAULTS, "data_dir": folder})[0].shape == (320, 3, 32, 32)
+    monkeypatch.setenv("TUNER_CIFAR_DIR", folder)
+    assert resnet.load_data({**resnet.DEFAULTS, "n_train": 30, "n_val": 10})[0].shape == (30, 3, 32, 32)

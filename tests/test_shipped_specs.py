@@ -115,3 +115,19 @@ def test_pbt_spec_runs_and_exploits(ray_local, tmp_path):
     assert s["trials"] == {"total": 4, "by_status": {"TERMINATED": 4}}
     assert saved_scheduler(exp)["_num_perturbations"] >= 1, "a trial was exploited"
     assert_best_is_the_tables_best_row(exp, s)
+
+
+def test_resnet_gpu_spec_runs_on_cpu(ray_local, tmp_path):
+    """search_spaces/resnet_gpu.yaml runs as is but for its GPU (the CI machine has none) and its size: two ASHA
+    trials of ResNet-18 at width 8 under amp (bf16 on CPU), on a few synthetic images (the spec's default data)."""
+    from tuner import tune_model
+
+    tune_model(ROOT / "search_spaces" / "resnet_gpu.yaml", storage=str(tmp_path), num_samples=2,
+               resources={"cpu": 1, "gpu": 0}, stop={"training_iteration": 2}, scheduler={"max_t": 2},
+               param_space={"width": 8, "batch_size": 16, "n_train": 32, "n_val": 16, "epochs": 2})
+    exp = tmp_path / "resnet-gpu"
+    s = summary(exp)
+    assert s["trials"] == {"total": 2, "by_status": {"TERMINATED": 2}}
+    config = s["best"]["config"]
+    assert config["data_dir"] is None and config["width"] == 8 and 1e-2 <= config["lr"] <= 2e-1
+    assert 0 <= s["best"]["metrics"]["val_accuracy"] <= 1 and s["best"]["metrics"]["params_count"] > 0
