@@ -734,11 +734,12 @@ def measure_data(dry: bool) -> dict:
         torch.set_num_threads(threads)
 
 
-def render_data(section: dict) -> list[str]:
-    """The Markdown lines of :func:`measure_data`'s table (a paragraph, then the table), to add to the section."""
-    label, get = section.get("label", ""), section.get
+def render_data(section: dict, label: str | None = None) -> list[str]:
+    """The Markdown lines of :func:`measure_data`'s table (a paragraph, then the table), to add to the section;
+    ``label`` (the record's figure label) in place of the section's own."""
+    label, get = label or section.get("label", ""), section.get
     mark = f" ({label})" if get("dry_run") else ""
-    out = [f"\n**Data to the device: the MNIST example CNN's epoch time**{mark}. {get('samples')} bundled digits, "
+    out = [f"\n**7. Data to the device: the MNIST example CNN's epoch time**{mark}. {get('samples')} bundled digits, "
            f"batch {get('batch')}, {get('channels')} channels, fp32, on {get('device')}; the median of "
            f"{get('epochs')} epochs after {get('warmup_epochs')} untimed; `data_loader_kwargs()` for cpu "
            f"{get('cpu')}, gpu {get('gpu')}: `{json.dumps(get('loader_kwargs'))}`.\n",
@@ -938,7 +939,7 @@ def measure_packing(dry: bool, storage: Path, trials: int, epochs: int, fraction
                 "finished": sum(r.get("status") == "TERMINATED" for r in rows),
                 "best_val_accuracy": max((r.get("val_accuracy") or 0) for r in rows) if rows else None,
                 **gpu, "gpu_shares": _distinct(rows, "gpu_share"),
-                "gpu_share_reasons": _distinct(rows, "gpu_share_reason"),
+                "gpu_share_reasons": _distinct(rows, "gpu_share_reason"), "auto_levels": _auto_levels(result),
                 "metrics": {k: [r.get(k) for r in rows] for k in ("gpu_memory_peak_bytes",
                                                                    "gpu_utilization_percent")}}
 
@@ -993,6 +994,7 @@ def measure_gpubound(dry: bool, storage: Path, trials: int, reports: int, settin
                 "errors": result.num_errors, "epochs_total": sum(r.get("training_iteration") or 0 for r in rows),
                 "gpu_memory_peak_bytes": max(peaks) if peaks else None, **gpu,
                 "gpu_shares": _distinct(rows, "gpu_share"), "gpu_share_reasons": _distinct(rows, "gpu_share_reason"),
+                "auto_levels": _auto_levels(result),
                 "best_val_accuracy": max((r.get("val_accuracy") or 0) for r in rows) if rows else None}
 
     return {"workload": "ResNet-18 (examples/resnet.py), amp: true", "data": resnet.data_label(fixed),
@@ -1246,10 +1248,29 @@ def _gib(value: int | None) -> str:
 
 
 def _shares(run: dict) -> str:
-    """A run's distinct ``gpu_share`` values (``auto``), with the reasons given; "—" when no trial reported one."""
-    shares = ", ".join(map(str, run.get("gpu_shares") or [])) or "—"
-    reasons = "; ".join(map(str, run.get("gpu_share_reasons") or []))
-    return f"{shares} ({reasons})" if reasons else shares
+    """A run's distinct ``gpu_share`` values (``auto``); "—" when no trial has one (reasons: :func:`_auto_notes`)."""
+    return ", ".join(map(str, run.get("gpu_shares") or [])) or "—"
+
+
+def _auto_levels(result: Any) -> list[dict] | None:
+    """The levels ``gpu: auto`` tried, from the experiment's ``summary.json`` (``gpu_packing.levels``), or None."""
+    packing = (getattr(result, "summary", None) or {}).get("gpu_packing") or {}
+    return packing.get("levels")
+
+
+def _auto_notes(part: dict) -> list[str]:
+    """Below a table: for each ``auto`` row, the levels it tried (trials per GPU, results/s, why) and the distinct
+    reasons its trials were given their shares."""
+    out = []
+    for run in part.get("runs", []):
+        if run.get("gpu") != AUTO or "error" in run:
+            continue
+        levels = "; ".join(f"{lv.get('per_gpu')} per GPU at {lv.get('at_s')} s"
+                           + (f" ({lv['results_per_s']} results/s)" if lv.get("results_per_s") is not None else "")
+                           + f": {lv.get('reason')}" for lv in run.get("auto_levels") or []) or "none recorded"
+        reasons = "; ".join(f"`{r}`" for r in (run.get("gpu_share_reasons") or [])[:6]) or "none"
+        out.append(f"\n`auto`: levels: {levels}. Trials' reasons: {reasons}.")
+    return out
 
 
 def _failed_row(run: dict, cells: int) -> str:
@@ -1288,7 +1309,7 @@ def _render_packing(record: dict, label: str, mark: str) -> list[str]:
                    f"{_f(r['ratio_to_first'])} | {_f(r.get('mean_gpu_util_percent'), 1)} | "
                    f"{_gib(r.get('device_memory_peak_bytes'))} | {_shares(r)} | {_f(r['best_val_accuracy'], 3)} | "
                    f"{label} |")
-    return out + _nvml_notes(pk)
+    return out + _nvml_notes(pk) + _auto_notes(pk)
 
 
 def _nvml_notes(part: dict) -> list[str]:
@@ -1390,14 +1411,14 @@ def _render_gpubound(record: dict, label: str, mark: str) -> list[str]:
                    f"{_f(r['mean_gpu_util_percent'], 1)} | {_gib(r['gpu_memory_peak_bytes'])} | "
                    f"{_gib(r['device_memory_peak_bytes'])} | {_shares(r)} | {_f(r['best_val_accuracy'], 3)} | "
                    f"{images} | {label} |")
-    return out + _nvml_notes(gb)
+    return out + _nvml_notes(gb) + _auto_notes(gb)
 
 
 def _render_data(record: dict, label: str, mark: str) -> list[str]:
     part = record.get("data", {})
     if "error" in part or "skipped" in part:
         return [f"**7. Data loading**{mark}: " + (_error(part) or f"skipped: {part.get('skipped', 'not rendered')}.")]
-    return list(render_data(part))
+    return list(render_data(part, label))
 
 
 # Each section's Markdown, in the order the tables are numbered (1-7); a record renders only the sections it has.

@@ -501,8 +501,9 @@ class GpuPacker:
         self.rungs = ladder(self.start, top)
         self.level = self.rungs[0]
         self.phase = "climb" if len(self.rungs) > 1 else "hold"
-        self._set_level(self.level, now, f"after the probe: {_gib(self.memory.largest())} expected per trial "
-                        f"of {_gib(self.total_bytes)}; trying {self.rungs} per GPU "
+        memory = (f"{_gib(self.memory.largest())} expected per trial of {_gib(self.total_bytes)}"
+                  if self.memory.largest() is not None and self.total_bytes else "no GPU memory reported")
+        self._set_level(self.level, now, f"after the probe: {memory}; trying {self.rungs} per GPU "
                         f"(most by CPUs {self.top}, max_per_gpu {self.auto.max_per_gpu})")
 
     def _set_level(self, level: int, now: float, why: str) -> None:
