@@ -401,7 +401,10 @@ class GpuPacker:
                 decision = Decision(round_share(self.auto.probe_share), f"probe_share {self.auto.probe_share:g}: "
                                     "no trial has reported its GPU memory yet", None)
             elif self.phase == "probe" and not self.live and not self.memory.peaks:
-                share = 1.0 if self.gpus_per_node > 1 else level_share
+                # One step below the level's share: a different resource request, so that Ray Tune never hands
+                # the probe's actor (reuse_actors) to the trials started after it, which would cancel the start
+                # of their own actors and run them one by one on the probe's.
+                share = 1.0 if self.gpus_per_node > 1 else max(SHARE_STEP, level_share - SHARE_STEP)
                 decision = Decision(share, "probe: the first trial runs alone until its first result "
                                     "(its GPU memory is not known yet)", None, probe=True)
             elif self.full_gpu_noted and not self.live:
