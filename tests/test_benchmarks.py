@@ -633,7 +633,7 @@ def test_gpu_suite_dry_run_writes_every_section(ray_local, tmp_path):
     for part in ("1. Fractional GPUs", "2. AMP against fp32", "3. CUDA out of memory", "4. GPU metrics",
                  "6. A GPU-bound workload"):
         assert f"**{part}" in text, part
-    assert [r["resident"] for r in record["data"]["rows"]] == [False, False, True] and "**Data to the device" in text
+    assert [r["resident"] for r in record["data"]["rows"]] == [False, False, True] and "**7. Data to the device" in text
     assert record["version"].startswith("tuner ") and "pack time" not in record["version"]  # no --pack
     without_data = g.render({k: v for k, v in record.items() if k != "data"})
     rows = [line for line in without_data.splitlines() if line.startswith("| ") and not line.startswith("| -")]

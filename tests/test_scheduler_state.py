@@ -79,7 +79,10 @@ def final_iterations(exp: Path) -> list[tuple]:
 
 
 def saved_state(exp: Path) -> dict | None:
-    """The experiment's newest saved scheduler state (tuner.scheduler_state.dump_scheduler's), or None."""
+    """The experiment's newest saved scheduler state (tuner.scheduler_state.dump_scheduler's), or None: also while
+    Ray is still writing the file (it writes it in place, so a read can find it cut short)."""
+    import pickle
+
     from ray import cloudpickle
 
     from tuner.scheduler_state import STATE_KEY
@@ -87,8 +90,11 @@ def saved_state(exp: Path) -> dict | None:
     files = sorted(exp.glob(CALLBACK_STATE_GLOB))
     if not files:
         return None
-    return next((s[STATE_KEY] for s in cloudpickle.loads(files[-1].read_bytes()).values() if s and STATE_KEY in s),
-                None)
+    try:
+        saved = cloudpickle.loads(files[-1].read_bytes())
+    except (EOFError, pickle.UnpicklingError):  # caught mid-write: the caller's gate asks again
+        return None
+    return next((s[STATE_KEY] for s in saved.values() if s and STATE_KEY in s), None)
 
 
 def saved_scheduler(exp: Path) -> dict:

@@ -790,12 +790,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                 checkpoint_config=checkpoint_config(fn, spec),
             ),
         )
-        try:
-            with _InterruptWatch() as watch:
-                grid = tuner.fit()
-        finally:
-            if packing is not None:
-                packing.close()
+        grid, watch = _fit(tuner, packing)
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
@@ -815,6 +810,17 @@ class _GpuAuto:
         from tuner.gpu_packing import unregister
 
         unregister(self.key)
+
+
+def _fit(tuner: Any, packing: _GpuAuto | None) -> tuple[Any, _InterruptWatch]:
+    """``Tuner.fit()`` under an :class:`_InterruptWatch`; ``gpu: auto``'s packer is forgotten after it, however
+    it ends. Returns the ``ResultGrid`` and the watch (``interrupted``)."""
+    try:
+        with _InterruptWatch() as watch:
+            return tuner.fit(), watch
+    finally:
+        if packing is not None:
+            packing.close()
 
 
 def _gpu_auto(prepared: Prepared, cluster: Any, searcher: Any, basic: bool) -> _GpuAuto:
@@ -1217,11 +1223,6 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
             restart_errored=restart_errored,
             param_space=to_ray_space(spec),
         )
-        try:
-            with _InterruptWatch() as watch:
-                grid = tuner.fit()
-        finally:
-            if packing is not None:
-                packing.close()
+        grid, watch = _fit(tuner, packing)
         link_ray_logs(session_dir, path)
     return _finish(prepared, grid, started, interrupted=watch.interrupted, echo=echo)

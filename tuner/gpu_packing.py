@@ -154,7 +154,7 @@ def memory_key(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> tuple[t
         ignore: Names left out (e.g. a seed, which changes no memory).
 
     Returns:
-        ``(("batch_size", 64), ("channels", 32), ("model", "resnet18"))``, sorted by name.
+        ``(("arch", "resnet18"), ("batch_size", 64), ("channels", 32))``, sorted by name.
     """
     skip = set(ignore)
     return tuple((k, v) for k, v in _leaves(config)

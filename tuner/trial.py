@@ -330,10 +330,10 @@ def _move(batch, target, channels_last: bool):
         if channels_last and batch.dim() == 4 and batch.is_floating_point():
             return batch.to(target, non_blocking=non_blocking, memory_format=torch.channels_last)
         return batch.to(target, non_blocking=non_blocking)
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(_move(b, target, channels_last) for b in batch))
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_move(b, target, channels_last) for b in batch)
+        moved = [_move(b, target, channels_last) for b in batch]
+        # a list or tuple takes an iterable; a namedtuple (a tuple subclass) takes its fields one by one
+        return type(batch)(moved) if type(batch) in (list, tuple) or isinstance(batch, list) else type(batch)(*moved)
     if isinstance(batch, Mapping):
         return {k: _move(v, target, channels_last) for k, v in batch.items()}
     if hasattr(batch, "to"):  # e.g. a tokenizer's BatchEncoding
