@@ -452,6 +452,16 @@ INTERNALS = [
              "tuner/algorithms.py: _NeverWaitForever", params(), via="controller_trials"),
     Internal("ray.tune.execution.tune_controller.TuneController.stop_trial",
              "tuner/algorithms.py: _NeverWaitForever", params("trial"), via="controller_stop_trial"),
+    # `tuner run --replay` (tuner/engine.py: _replay_scheduler)
+    Internal("ray.tune.execution.tune_controller.TuneController._schedule_trial_stop",
+             "tuner/engine.py: _replay_scheduler (the STOP cached for a trial paused while saving)",
+             source_has("self._cached_trial_decisions[trial.trial_id] = TrialScheduler.STOP"),
+             via="drop_replay_stale_stop"),
+    Internal("ray.tune.schedulers.PopulationBasedTrainingReplay.on_trial_result",
+             "tuner/engine.py: _replay_scheduler (a config change saves, then pauses, and returns NOOP)",
+             source_has("tune_controller._schedule_trial_save(trial, result=result)",
+                        "tune_controller.pause_trial(trial, should_checkpoint=False)", "return TrialScheduler.NOOP"),
+             via="drop_replay_stale_stop"),
     # the scheduler's state across a resume (tuner/scheduler_state.py)
     Internal("ray.tune.execution.tune_controller.TuneController.__getstate__",
              "tuner/scheduler_state.py (Ray drops the scheduler from the experiment state)",

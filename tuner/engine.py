@@ -856,10 +856,22 @@ def _fixed_seed(prepared: Prepared) -> int | None:
 
 def _replay_scheduler(prepared: Prepared):
     """Ray's ``PopulationBasedTrainingReplay`` on the replayed trial's policy, copied into the
-    new experiment (``replay_policy.txt``) so that the replay's folder says what it replayed."""
-    from ray.tune.schedulers import PopulationBasedTrainingReplay
+    new experiment (``replay_policy.txt``) so that the replay's folder says what it replayed.
+
+    Each config change drops the STOP that Ray's replay leaves behind
+    (:func:`tuner.ray_internals.drop_replay_stale_stop`), so the trial trains the whole schedule.
+    """
+    from ray.tune.schedulers import PopulationBasedTrainingReplay, TrialScheduler
 
     from tuner.files import atomic_write
+    from tuner.ray_internals import drop_replay_stale_stop
+
+    class WholeReplay(PopulationBasedTrainingReplay):
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+            decision = super().on_trial_result(tune_controller, trial, result)
+            if decision == TrialScheduler.NOOP:  # a config change: the trial was paused
+                drop_replay_stale_stop(tune_controller, trial)
+            return decision
 
     assert prepared.replay is not None
     policy = prepared.experiment_path / REPLAY_POLICY
@@ -868,7 +880,7 @@ def _replay_scheduler(prepared: Prepared):
         from tuner.storage import upload
 
         upload(prepared.experiment_path, prepared.location, (REPLAY_POLICY,))
-    return PopulationBasedTrainingReplay(str(policy))
+    return WholeReplay(str(policy))
 
 
 def _before_ray_tune(prepared: Prepared) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     # schedulers and the Tune controller
     "hyperband_bracket", "hyperband_knows", "finished_bracket_trials", "hyperband_unpause", "scheduler_time_attr",
     "controller_trials", "controller_stop_trial", "controller_set_status", "is_trial", "is_checkpoint_in_flight",
+    "drop_replay_stale_stop",
     # gpu: auto (tuner/gpu_packing.py): the searcher's concurrency limit and a retried trial's resources
     "set_concurrency_limit", "set_trial_resources",
     "pbt_population", "pbt_perturbations", "watch_skipped_exploits", "PBTCloneSourceHooks", "pbt_clone_sources",
@@ -765,6 +766,24 @@ def controller_trials(tune_controller: Any) -> list:
 def controller_stop_trial(tune_controller: Any, trial: Any) -> None:
     """Stop a trial for good: ``TuneController.stop_trial(trial)`` (Ray 2.60), as Ray's schedulers do."""
     tune_controller.stop_trial(trial)
+
+
+def drop_replay_stale_stop(tune_controller: Any, trial: Any) -> None:
+    """Forget the STOP that Ray 2.60's ``PopulationBasedTrainingReplay`` leaves behind at a config change.
+
+    At each change of config the replay saves the trial (``_schedule_trial_save``, resolved at once)
+    and pauses it, while the save is still marked in flight: ``TuneController._schedule_trial_stop``
+    then caches a STOP decision for the trial (``_cached_trial_decisions``, "Scheduling STOP after
+    save resolved") and drops the save's future, so nothing ever pops it. The restored trial
+    carries it, and the first save after the restore executes it: the replay ended TERMINATED one
+    checkpoint after its first config change, whatever the schedule. Called by tuner's replay
+    scheduler right after the change (the trial is PAUSED; a real STOP of a paused trial is not cached).
+    """
+    from ray.tune.schedulers import TrialScheduler
+
+    decisions = tune_controller._cached_trial_decisions
+    if decisions.get(trial.trial_id) == TrialScheduler.STOP:
+        del decisions[trial.trial_id]
 
 
 def controller_set_status(tune_controller: Any, trial: Any, status: str) -> None:
