@@ -209,6 +209,27 @@ def test_validate_prints_the_tree_and_the_exact_grid_count(tmp_path, run_cli):
     assert "    model/block/depth  randint [1, 4)  when model/name = mlp and model/block/name = residual" in tree
 
 
+def test_the_readme_tree_is_what_validate_prints_for_the_readme_space(tmp_path, run_cli):
+    """README's "Conditional search spaces": the tree under "prints the space as a tree" is the plan's
+    ``space:`` lines for the YAML block above it, line for line (so the README cannot drift)."""
+    import re
+
+    from tests.fixtures.paths import ROOT
+
+    section = (ROOT / "README.md").read_text().split("### Conditional search spaces", 1)[1].split("\n### ", 1)[0]
+    space = re.search(r"```yaml\n(param_space:\n.*?)```", section, re.S)
+    shown = re.search(r"prints the space as a tree:\n\n```\n(.*?)```", section, re.S)
+    assert space and shown, "README's conditional-space example or its tree moved"
+    spec = {"name": "tree", "trainable": "tests.trainables:quadratic", **yaml.safe_load(space.group(1))}
+    (tmp_path / "tree.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    out = run_cli("validate", tmp_path / "tree.yaml")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("space:"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * 12))
+    assert lines[start:end] == shown.group(1).splitlines()
+
+
 def test_a_shared_branch_parameter_is_one_parameter(tmp_path):
     spec = _spec(tmp_path, "random", 1)
     dropout = spec.space.get("model/dropout")
