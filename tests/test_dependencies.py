@@ -106,6 +106,27 @@ def test_every_dependency_has_a_lower_bound_that_the_installed_version_meets():
         assert req.specifier.contains(installed, prereleases=True), f"{req}: the installed {installed} is outside"
 
 
+#: Lower bounds that an API tuner uses sets: the package, the first version with it, and what.
+API_FLOORS = {
+    "optuna": ("5.0", "Trial.set_constraint and create_trial(constraints=...): tuner/algorithms.py _OptunaSearch "
+                      "(optuna/optuna#6754 and #6816, released in v5.0.0)"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(API_FLOORS))
+def test_the_lower_bound_has_the_api_tuner_uses(package):
+    floor, what = API_FLOORS[package]
+    req = _declared()[package]
+    assert not req.specifier.contains(_just_below(floor), prereleases=True), \
+        f"{req} allows a version before {floor}, which lacks {what}"
+
+
+def _just_below(version: str) -> Version:
+    """The last release before ``version`` that a lower bound could still admit (``4.99.99`` for ``5.0``)."""
+    major, minor = Version(version).release[:2]
+    return Version(f"{major}.{minor - 1}.99") if minor else Version(f"{major - 1}.99.99")
+
+
 def test_ray_is_bound_to_the_minor_version_tuner_is_tested_with():
     """tuner reaches into Ray's internals (tests/test_ray_internals.py): a new minor Ray must be tested first."""
     ray = _declared()["ray"]

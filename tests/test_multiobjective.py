@@ -5,6 +5,7 @@ multi-objective study)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 
@@ -85,6 +86,40 @@ def test_scheduler_objective_and_derived_fields():
     assert "objectives" not in single.model_dump(exclude_unset=True)
 
 
+@pytest.mark.parametrize("objectives", [1, 2])
+def test_the_constraints_reach_optunas_study(objectives):
+    """Each finished trial's constraint violations are set on its Optuna trial (``Trial.set_constraint``), a
+    missing or NaN constrained metric as ``inf``: the study's ``trial.constraints``, which Optuna's samplers
+    read, and its best trials, which leave the infeasible ones out although they are better."""
+    from tuner import ray_internals
+    from tuner.algorithms import build_searcher
+    from tuner.space import to_ray_space
+
+    metric = ["f1", "f2"][:objectives]
+    spec = load_spec({"trainable": "a:b", "metric": metric if objectives > 1 else "f1",
+                      "mode": ["min"] * objectives if objectives > 1 else "min", "seed": 0,
+                      "constraints": [{"metric": "size", "max": 0.5}, {"metric": "lat", "min": 1.0}],
+                      "search": {"algorithm": "optuna"},
+                      "param_space": {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}})
+    searcher = build_searcher(spec)
+    assert searcher.set_search_properties("f1", "min", to_ray_space(spec))  # as Tune sets it up
+    results = [{"f1": 1.0, "f2": 1.0, "size": 0.2, "lat": 2.0},  # feasible
+               {"f1": 0.0, "f2": 0.0, "size": 0.9, "lat": 2.0},  # size above its max by 0.4
+               {"f1": 0.0, "f2": 0.0, "lat": 2.0},  # size missing
+               {"f1": 0.0, "f2": 0.0, "size": 0.2, "lat": float("nan")}]  # lat NaN
+    for i, result in enumerate(results):
+        assert isinstance(searcher.suggest(f"t{i}"), dict)
+        searcher.on_trial_complete(f"t{i}", {**result, "training_iteration": 1})
+    study = ray_internals.optuna_study(searcher)
+    inf = float("inf")
+    assert [t.constraints for t in study.trials] == [
+        {"size": pytest.approx(-0.3), "lat": -1.0}, {"size": pytest.approx(0.4), "lat": -1.0},
+        {"size": inf, "lat": -1.0}, {"size": pytest.approx(-0.3), "lat": inf}]
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    best = study.best_trials if objectives > 1 else [study.best_trial]
+    assert [t.number for t in best] == [0], "Optuna counts only the feasible trial"
+
+
 MO_SPEC = """\
 name: {name}
 trainable: tests.trainables:two_objectives
@@ -107,40 +142,107 @@ def _rows(exp) -> list[dict]:
     return pd.read_csv(exp / RESULTS_CSV).to_dict("records")
 
 
-@pytest.mark.slow
-def test_nsga2_with_asha_writes_the_feasible_front(ray_local, tmp_path):
-    """NSGA-II proposes, ASHA stops on f1; summary.json, results.csv, pareto_configs.yaml and the
-    TuneResult agree with a brute-force front over the trials' last results."""
-    from tuner import tune_model
+#: The shared NSGA-II + ASHA run: the first three trials are Optuna's enqueued points, in order. Two trials run at
+#: once, so the third (f1 = 0.7) reaches ASHA's first rung after one of the first two (f1 = 0.05, 0.6) recorded
+#: a better f1 there: ASHA stops it, whatever the order of their results. The second leaves its constraint
+#: metric out and the third reports it as NaN: both infeasible, although x + y <= 0.8.
+NSGA2_POINTS = ("[{x: 0.05, y: 0.0, size_as: value}, {x: 0.6, y: 0.0, size_as: missing}, "
+                "{x: 0.7, y: 0.0, size_as: nan}]")
 
-    spec = tmp_path / "mo.yaml"
-    spec.write_text(MO_SPEC.format(name="mo", samples=14, search="{algorithm: optuna, sampler: nsga2, "
-                                                                   "population_size: 6}"))
-    result = tune_model(spec, storage=str(tmp_path / "runs"))
-    exp = tmp_path / "runs" / "mo"
-    rows = _rows(exp)
+
+@pytest.fixture(scope="module")
+def nsga2(tmp_path_factory, run_cli):
+    """`tuner run` of NSGA-II with ASHA (no scheduler.metric: the first objective) on 2 CPUs, with its console:
+    (experiment folder, results.csv rows, stdout)."""
+    folder = tmp_path_factory.mktemp("nsga2")
+    spec = folder / "mo.yaml"
+    text = MO_SPEC.format(name="mo", samples=14, search="{algorithm: optuna, sampler: nsga2, population_size: 6, "
+                                                       f"points_to_evaluate: {NSGA2_POINTS}}}")
+    spec.write_text(text + "  size_as: {type: choice, values: [value, missing, nan]}\n"
+                    "reporting: {cli: {max_report_frequency: 1}, tensorboard: false}\n")
+    proc = run_cli("run", spec, "--storage", folder / "runs", "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exp = folder / "runs" / "mo"
+    return exp, _rows(exp), proc.stdout
+
+
+@pytest.mark.slow
+def test_nsga2_with_asha_writes_the_feasible_front(nsga2):
+    """NSGA-II proposes, ASHA stops on f1; summary.json, results.csv and pareto_configs.yaml agree with a
+    brute-force front over the trials' last results; a missing or NaN constraint metric is infeasible."""
+    exp, rows, _ = nsga2
+    summary = json.loads((exp / SUMMARY).read_text())
     assert len(rows) == 14 and {r["status"] for r in rows} == {"TERMINATED"}
-    assert any(r["training_iteration"] < 3 for r in rows), "ASHA stopped some trials early"
+    by_x = {round(r["config/x"], 9): r for r in rows}
+    assert by_x[0.7]["training_iteration"] == 1, "ASHA stopped the third point at its first rung"
     objectives = [Objective(metric="f1", mode="min"), Objective(metric="f2", mode="min")]
     constraints = [Constraint(metric="size", max=0.8)]
     expected = brute_force_front(rows, objectives, constraints)
     assert sorted(r["trial_id"] for r in rows if r["pareto"]) == sorted(expected)
     assert [r["feasible"] for r in rows] == [r["size"] <= 0.8 for r in rows]
-    assert any(not r["feasible"] for r in rows), "the space holds infeasible trials (x + y > 0.8)"
+    assert by_x[0.05]["feasible"] and not by_x[0.6]["feasible"] and not by_x[0.7]["feasible"], \
+        "a missing (x = 0.6) or NaN (x = 0.7) constraint metric is infeasible"
+    assert pd.isna(by_x[0.6]["size"]) and pd.isna(by_x[0.7]["size"])
+    assert any(not r["feasible"] and r["size"] > 0.8 for r in rows), "the space holds infeasible trials (x + y > 0.8)"
     assert all(r["feasible"] for r in rows if r["pareto"]), "no infeasible trial on the front"
     assert [r["pareto"] for r in rows] == sorted((r["pareto"] for r in rows), reverse=True), "the front first"
-    summary = (exp / SUMMARY).read_text()
-    front = result.pareto_front
+    front = summary["pareto_front"]
     assert sorted(t["trial_id"] for t in front) == sorted(expected)
     assert set(front[0]) == {"trial_id", "config", "objectives", "checkpoint"}
-    assert '"pareto_front"' in summary and '"hypervolume"' in summary
-    assert result.summary["hypervolume"]["value"] > 0
     saved = yaml.safe_load((exp / PARETO_CONFIGS).read_text())
     assert [t["trial_id"] for t in saved] == [t["trial_id"] for t in front]
-    assert all(set(t["config"]) == {"x", "y", "epochs"} for t in saved)
+    assert all(set(t["config"]) == {"x", "y", "size_as", "epochs"} for t in saved)
     # The best trial: on the front, the best f1 there.
     on_front = [r for r in rows if r["pareto"]]
-    assert result.best_trial_id == min(on_front, key=lambda r: (r["f1"], r["trial_id"]))["trial_id"]
+    assert summary["best"]["trial_id"] == min(on_front, key=lambda r: (r["f1"], r["trial_id"]))["trial_id"]
+
+
+@pytest.mark.slow
+def test_the_hypervolume_is_the_area_the_front_dominates(nsga2):
+    """summary.json's hypervolume against a hand computation: the reference point is each objective's worst
+    feasible value, 10% of its range further out, and the area is the staircase under the front (both min)."""
+    exp, rows, _ = nsga2
+    hv = json.loads((exp / SUMMARY).read_text())["hypervolume"]
+    feasible = [(r["f1"], r["f2"]) for r in rows if r["feasible"]]
+    reference = [max(v[k] for v in feasible) + 0.1 * (max(v[k] for v in feasible) - min(v[k] for v in feasible))
+                 for k in (0, 1)]
+    assert hv["reference"] == pytest.approx(reference)
+    front = sorted((r["f1"], r["f2"]) for r in rows if r["pareto"])
+    area, right = 0.0, reference[0]
+    for f1, f2 in reversed(front):  # from the largest f1: each point adds the strip to the right of it
+        area += (right - f1) * (reference[1] - f2)
+        right = f1
+    assert len(front) >= 2 and hv["value"] == pytest.approx(area)
+
+
+@pytest.mark.slow
+def test_the_scheduler_compares_by_the_first_objective_by_default(nsga2):
+    """No scheduler.metric: ASHA's rungs (its state saved with the experiment) hold each trial's f1, not f2."""
+    from tests.test_scheduler_state import saved_scheduler
+
+    exp, rows, _ = nsga2
+    state = saved_scheduler(exp)
+    assert (state["_metric"], state["_mode"]) == ("f1", "min")
+    f1 = {r["trial_id"]: r["f1"] for r in rows}
+    [bracket] = state["_brackets"]
+    recorded = {trial_id: value for _, rung in bracket._rungs for trial_id, value in rung.items()}
+    assert len(recorded) >= 14, "every trial reached the first rung"
+    assert recorded == {t: pytest.approx(-f1[t]) for t in recorded}, "the rungs hold -f1 (min): f1's reward"
+
+
+@pytest.mark.slow
+def test_the_console_shows_every_objective_and_constraint_and_the_front(nsga2):
+    """The CLIReporter table has a column for f1, f2 and size; the progress line under it gives the front's size."""
+    from tests.fixtures.console import console_reports
+
+    _, rows, out = nsga2
+    reports = console_reports(out)
+    assert reports, out[-2000:]
+    last = reports[-1]
+    columns = set(next(iter(last["rows"].values())))
+    assert {"f1", "f2", "size"} <= columns, columns
+    front = sum(bool(r["pareto"]) for r in rows)
+    assert last["progress"] is not None and f"| Pareto front {front} trials" in last["progress"], last["progress"]
 
 
 @pytest.mark.slow

@@ -69,11 +69,14 @@ def raw_ray(config):
 def two_objectives(config):
     """Two objectives with a known Pareto front (ZDT1's shape): f1 = x and f2 = 1 + y - sqrt(x), both
     minimized, over ``epochs`` iterations (f2 falls to its final value); the front is every trial
-    with y = 0. Also reports ``size`` = x + y, for a constraint."""
+    with y = 0. Also reports ``size`` = x + y, for a constraint: left out when ``config["size_as"]`` is
+    ``"missing"``, NaN when it is ``"nan"``."""
     x, y = float(config["x"]), float(config.get("y", 0.0))
     epochs = int(config.get("epochs", 2))
+    size = {"missing": None, "nan": float("nan")}.get(config.get("size_as", "value"), x + y)
     for i in range(epochs):
-        trial.report({"f1": x, "f2": 1.0 + y - x ** 0.5 + (epochs - 1 - i) * 0.1, "size": x + y})
+        trial.report({"f1": x, "f2": 1.0 + y - x ** 0.5 + (epochs - 1 - i) * 0.1,
+                      **({"size": size} if size is not None else {})})
 
 
 def raw_ray_two_objectives(config):
