@@ -1,6 +1,7 @@
 """DDP trials through Ray Train on CPU (gloo), logical GPUs, and the out-of-memory back-off."""
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -206,3 +207,45 @@ def test_lean_train_env_keeps_what_the_user_set(monkeypatch):
         "several nodes: the preemption watcher stays"
     monkeypatch.setenv(TRAIN_HEALTH_CHECK_INTERVAL_ENV, "3")
     assert lean_train_env(single_node=True) == {TRAIN_PREEMPTION_WATCHER_ENV: "0"}
+
+
+def _lean_decision(trainable) -> bool:
+    """The ``lean`` that a DDP trainable built by ``build_trainable`` carries to its trial (decided in the driver,
+    pickled with the trainable): the keyword of the ``_ddp_trial`` partial in the trainable's closure."""
+    import functools
+
+    from tuner.trainable import _ddp_trial
+
+    [entry] = [c.cell_contents for c in trainable.__closure__ or ()
+               if isinstance(c.cell_contents, functools.partial) and c.cell_contents.func is _ddp_trial]
+    return entry.keywords["lean"]
+
+
+def test_tuner_lean_ddp_0_keeps_ray_trains_defaults(ray_local, monkeypatch, tmp_path, make_spec):
+    """TUNER_LEAN_DDP=0 where tuner runs: the DDP trial launches Ray Train's own TorchTrainer and sets none of the
+    controller's variables; unset (or 1), tuner's lean trainer and its variables."""
+    from ray.train.torch import TorchTrainer
+
+    from tests.trainables import ddp_probe
+    from tuner.ray_internals import TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV
+    from tuner.trainable import LEAN_DDP_ENV, _train_launcher, build_trainable
+
+    controller_env = (TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV)
+    for name in controller_env:  # unset here, and restored as they were after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    spec = load_spec(make_spec(DDP))
+    monkeypatch.setenv(LEAN_DDP_ENV, "0")
+    assert _lean_decision(build_trainable(ddp_probe, spec, tmp_path)) is False
+    assert _train_launcher(False) is TorchTrainer
+    assert not set(controller_env) & set(os.environ), "Ray Train's defaults: tuner set no controller variable"
+    for value in ("1", None):
+        if value is None:
+            monkeypatch.delenv(LEAN_DDP_ENV)
+        else:
+            monkeypatch.setenv(LEAN_DDP_ENV, value)
+        assert _lean_decision(build_trainable(ddp_probe, spec, tmp_path)) is True
+    lean = _train_launcher(True)
+    assert lean is not TorchTrainer and issubclass(lean, TorchTrainer)
+    assert {name: os.environ.get(name) for name in controller_env} == {TRAIN_HEALTH_CHECK_INTERVAL_ENV: "0.5",
+                                                                       TRAIN_PREEMPTION_WATCHER_ENV: "0"}
