@@ -170,12 +170,39 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["missing", "not_pbt", "unknown_trial"])
-def test_replay_errors(case, pbt, run_cli, tmp_path):
-    """Bad --replay: one paragraph, exit 2, nothing started or written."""
+def test_replay_defaults_to_the_best_trial(pbt):
+    """--replay EXPERIMENT without :TRIAL replays the trial summary.json names best (its schedule and seed)."""
+    from tuner.engine import prepare
+    from tuner.schedule import trial_schedule
+
     spec, result = pbt
     exp = Path(result.experiment_path)
-    if case == "missing":
+    best = json.loads((exp / SUMMARY).read_text())["best"]["trial_id"]
+    assert best == result.best_trial_id
+    replay = prepare(spec, replay=str(exp)).replay
+    assert replay is not None and replay.trial_id == best
+    assert replay.schedule == trial_schedule(exp, best)
+    assert replay.seed == prepare(spec, replay=f"{exp}:{best}").replay.seed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["missing", "not_pbt", "unknown_trial", "no_best"])
+def test_replay_errors(case, pbt, run_cli, tmp_path):
+    """Bad --replay: one paragraph, exit 2, nothing started or written."""
+    import shutil
+
+    spec, result = pbt
+    exp = Path(result.experiment_path)
+    if case == "no_best":  # a copy of the experiment whose summary.json names no best trial
+        target = tmp_path / "nobest"
+        shutil.copytree(exp, target, symlinks=True)
+        summary = json.loads((target / SUMMARY).read_text())
+        (target / SUMMARY).write_text(json.dumps({**summary, "best": None}))
+        ids = ", ".join(sorted(result.dataframe["trial_id"]))
+        expected = (f"tuner: error: --replay {target}: {target} has no best trial (its summary.json names none: "
+                    "the run did not finish, or no trial reported a finite metric); name the trial to replay: "
+                    f"--replay {target}:TRIAL_ID, one of: {ids}.")
+    elif case == "missing":
         target, expected = tmp_path / "nowhere", (
             f"tuner: error: --replay {tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} is not an experiment folder "
             "(no such folder); give the folder of a PBT or PB2 experiment, e.g. --replay runs/mnist-pbt, or "
