@@ -11,6 +11,7 @@ end-to-end runs through the real Ray for each searcher, a resume that adds sampl
 from __future__ import annotations
 
 import itertools
+import re
 import random
 
 import pandas as pd
@@ -326,3 +327,72 @@ def test_pbt_leaves_conditional_parameters_alone(ray_local, tmp_path):
         seen = set(row["keys"].split(","))
         assert ("momentum" in seen) == (row["config/optimizer"] in ("sgd", "rmsprop")), row
         assert ("beta2" in seen) == (row["config/optimizer"] == "adam"), row
+
+
+def test_a_branch_own_version_of_a_key_is_named_key_at_branch(tmp_path, run_cli):
+    """A key that a branch gives its own distribution is its own parameter, ``optimizer/lr@adam`` in the plan's
+    tree; the config (and the plan's list of parameters, as results.csv's columns) has one key."""
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump({
+        "name": "own", "trainable": "tests.trainables:quadratic", "param_space": {"optimizer": {"type": "choice", "values": [
+            {"name": "sgd", "lr": {"type": "loguniform", "low": 5e-3, "high": 8e-2}},
+            {"name": "adam", "lr": {"type": "loguniform", "low": 3e-4, "high": 1e-2}}]}}}, sort_keys=False))
+    out = run_cli("validate", tmp_path / "own.yaml", "--storage", tmp_path / "runs")
+    assert out.returncode == 0, out.stderr
+    assert "parameters: optimizer/name, optimizer/lr\n" in out.stdout
+    assert ("  optimizer/lr  loguniform [0.005, 0.08)  when optimizer/name = sgd\n"
+            "              optimizer/lr@adam  loguniform [0.0003, 0.01)  when optimizer/name = adam\n") in out.stdout
+
+
+#: Random search over a conditional space, two points to evaluate: the first names only the optimizer (momentum,
+#: active under sgd, is drawn), the second sets adam's beta2.
+CONSOLE_SPEC = """\
+name: cond-console
+trainable: tests.trainables:branchy
+metric: loss
+mode: min
+num_samples: 4
+seed: 7
+param_space:
+  optimizer: {type: choice, values: [sgd, adam]}
+  momentum: {type: uniform, low: 0.5, high: 0.99, when: {optimizer: sgd}}
+  beta2: {type: uniform, low: 0.9, high: 0.999, when: {optimizer: adam}}
+  epochs: 2
+search: {algorithm: random, points_to_evaluate: [{optimizer: sgd}, {optimizer: adam, beta2: 0.99}]}
+reporting: {cli: {max_report_frequency: 1}, tensorboard: false}
+"""
+
+
+@pytest.mark.slow
+def test_random_search_completes_a_point_and_the_console_leaves_inactive_parameters_out(tmp_path, run_cli):
+    """`tuner run` under random search: a point to evaluate is completed from the conditional space (sgd gets a
+    momentum, no beta2); the console's table leaves an inactive parameter's cell blank, and the best-trial lines
+    (the table's and the closing one) list only the parameters the best trial has."""
+    import ast
+
+    from tests.fixtures.console import console_reports
+
+    (tmp_path / "cond.yaml").write_text(CONSOLE_SPEC)
+    proc = run_cli("run", tmp_path / "cond.yaml", "--storage", tmp_path / "runs", "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = pd.read_csv(tmp_path / "runs" / "cond-console" / RESULTS_CSV, dtype={"trial_id": str})
+    by_index = {int(t.rsplit("_", 1)[1]): r for t, r in zip(rows["trial_id"], rows.to_dict("records"))}
+    first, second = by_index[0], by_index[1]  # the points, in order
+    assert first["config/optimizer"] == "sgd" and 0.5 <= first["config/momentum"] < 0.99
+    assert pd.isna(first["config/beta2"]) and first["keys"] == "epochs,momentum,optimizer"
+    assert second["config/optimizer"] == "adam" and second["config/beta2"] == 0.99
+    assert pd.isna(second["config/momentum"]) and second["keys"] == "beta2,epochs,optimizer"
+    active = {"sgd": {"optimizer", "momentum"}, "adam": {"optimizer", "beta2"}}
+    table = console_reports(proc.stdout)[-1]
+    assert len(table["rows"]) == 4
+    for trial_id, cells in table["rows"].items():
+        inactive = {"momentum", "beta2"} - active[cells["optimizer"]]
+        assert [cells[name] for name in sorted(inactive)] == [""], (trial_id, cells)
+        assert all(cells[name] != "" for name in active[cells["optimizer"]]), (trial_id, cells)
+    best_row = rows.iloc[0]
+    best = active[best_row["config/optimizer"]]
+    current = re.search(r"^Current best trial: (\S+) with last loss=\S+ and parameters=(\{.*\})$", proc.stdout, re.M)
+    assert current and current.group(1) == best_row["trial_id"]
+    assert set(ast.literal_eval(current.group(2))) == best
+    closing = re.search(r"^Best trial (\S+): loss=\S+ config=(\{.*\})$", proc.stdout, re.M)
+    assert closing and closing.group(1) == best_row["trial_id"]
+    assert set(ast.literal_eval(closing.group(2))) == best | {"epochs"}
