@@ -252,3 +252,89 @@ def test_optuna_adds_the_earlier_trials_to_a_define_by_run_study(monkeypatch):
         ({"x": 0.22, "opt": "adam"}, 0.5064, "COMPLETE")]
     config = searcher.suggest("t1")
     assert ("momentum" in config) == (config["opt"] == "sgd")
+
+
+def _first_choices(n_startup_trials: int, seeds=range(8)) -> list[str]:
+    """The ``opt`` of each seed's first Optuna suggestion, warm-started from tests/warm_start/earlier (5 usable
+    trials; the best by far is adam's)."""
+    from tuner.algorithms import build_searcher
+    from tuner.space import to_ray_space
+
+    out = []
+    for seed in seeds:
+        spec = load_spec({**BASE, "seed": seed, "param_space": {"x": U01, "opt": {"type": "choice",
+                                                                                   "values": ["sgd", "adam"]}},
+                          "search": {"algorithm": "optuna", "n_startup_trials": n_startup_trials,
+                                     "warm_start": [str(EARLIER)]}})
+        searcher = build_searcher(spec, warm=load_warm_start(spec))
+        assert searcher.set_search_properties("loss", "min", to_ray_space(spec))  # as Tune sets it up
+        out.append(searcher.suggest("t0")["opt"])
+    return out
+
+
+def test_tpe_counts_the_earlier_trials_in_n_startup_trials():
+    """With n_startup_trials: 5 and 5 earlier trials, TPE's very first suggestion is its model's (adam, whose
+    earlier trials were best, for every seed); with 6, the first is one of TPE's random start-up draws."""
+    assert _first_choices(5) == ["adam"] * 8
+    assert "sgd" in _first_choices(6)
+
+
+def _earlier_multi_objective(folder: Path) -> Path:
+    """An earlier experiment with two objectives (loss, cost): its spec.yaml and results.csv."""
+    exp = folder / "earlier-mo"
+    exp.mkdir()
+    (exp / "spec.yaml").write_text(yaml.safe_dump({
+        **BASE, "name": "earlier-mo", "metric": ["loss", "cost"], "mode": ["min", "min"], "num_samples": 4,
+        "param_space": {"x": U01, "epochs": 2}, "search": {"algorithm": "optuna"}}, sort_keys=False))
+    (exp / RESULTS_CSV).write_text("trial_id,status,config/x,config/epochs,loss,cost,training_iteration\n"
+                                   "b1,TERMINATED,0.2,2,0.9,0.1,2\n"
+                                   "b2,TERMINATED,0.5,2,0.5,0.4,2\n"
+                                   "b3,TERMINATED,0.8,2,0.2,0.7,2\n"  # cost above this spec's constraint
+                                   "b4,TERMINATED,0.6,2,0.3,,2\n")  # no cost: not a finite objective value
+    return exp
+
+
+def test_optuna_warm_starts_several_objectives_with_the_feasible_earlier_trials(tmp_path):
+    """Two objectives and a constraint on one of them: the earlier trials are added to the two-direction study
+    with both values, feasible (constraints set to 0); the infeasible one and the one without a value are left
+    out, each with a note."""
+    from tuner import ray_internals
+    from tuner.algorithms import build_searcher
+    from tuner.space import to_ray_space
+
+    exp = _earlier_multi_objective(tmp_path)
+    spec = load_spec({**BASE, "metric": ["loss", "cost"], "mode": ["min", "min"], "seed": 0,
+                      "constraints": [{"metric": "cost", "max": 0.5}], "param_space": {"x": U01, "epochs": 2},
+                      "search": {"algorithm": "optuna", "warm_start": [str(exp)]}})
+    warm = load_warm_start(spec)
+    assert [(t.trial_id, t.values) for t in warm.trials] == [("b1", (0.9, 0.1)), ("b2", (0.5, 0.4))]
+    assert warm.sources[0].notes == ["1 trial left out: infeasible under this spec's constraints.",
+                                     "1 trial left out: no finite value of loss, cost."]
+    searcher = build_searcher(spec, warm=warm)
+    assert searcher.set_search_properties("loss", "min", to_ray_space(spec))  # as Tune sets it up
+    study = ray_internals.optuna_study(searcher)
+    assert len(study.directions) == 2
+    assert [(t.params, t.values, t.constraints, t.state.name) for t in study.trials] == [
+        ({"x": 0.2}, [0.9, 0.1], {"cost": 0.0}, "COMPLETE"), ({"x": 0.5}, [0.5, 0.4], {"cost": 0.0}, "COMPLETE")]
+
+
+def test_random_search_runs_the_best_3_earlier_trials_right_after_the_points_to_evaluate():
+    """warm_start_top_k unset: the 3 best earlier trials by loss (one per config), after the spec's own point, then
+    random draws: the order of the generator's trials."""
+    from ray.tune.experiment import Experiment
+
+    from tuner.algorithms import build_searcher
+    from tuner.space import to_ray_space
+
+    point = {"x": 0.9, "opt": "sgd", "width": 10}
+    spec = load_spec({**BASE, "num_samples": 6, "seed": 0, "param_space": {
+        "x": U01, "opt": {"type": "choice", "values": ["sgd", "adam"]}, "width": {"type": "randint", "low": 8,
+                                                                                 "high": 65}, "epochs": 2},
+        "search": {"algorithm": "random", "points_to_evaluate": [point], "warm_start": [str(EARLIER)]}})
+    generator = build_searcher(spec, warm=load_warm_start(spec))
+    generator.add_configurations([Experiment("w", lambda config: None, num_samples=6, config=to_ray_space(spec))])
+    configs = [generator.next_trial().config for _ in range(6)]
+    assert configs[:4] == [{**point, "epochs": 2}, {"x": 0.31, "opt": "adam", "width": 16, "epochs": 2},
+                           {"x": 0.22, "opt": "adam", "width": 24, "epochs": 2},
+                           {"x": 0.52, "opt": "sgd", "width": 32, "epochs": 2}]
+    assert all(c not in configs[:4] for c in configs[4:]), "then random draws"
