@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from tuner import tune_model
-from tuner.spec import SpecError
+from tuner.spec import SpecError, load_spec
+from tuner.trainable import kept_checkpoints
 
 SPACE = {
     "x": {"type": "uniform", "low": 0, "high": 1},
@@ -167,14 +168,25 @@ def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path
     assert not (tmp_path / "t").exists()
 
 
-def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path, make_spec):
+@pytest.mark.parametrize("num_to_keep,kept_count", [(2, 2), (None, 3)])
+def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path, make_spec, num_to_keep, kept_count):
+    """A checkpoint every 2 reports of 6: 3 checkpoints, of which num_to_keep 2 keeps 2 and null keeps all."""
     result = tune_model(make_spec(ENGINE, trainable="tests.trainables:checkpointing", num_samples=1,
-                                  param_space={"x": 0.5, "epochs": 6}, checkpoint={"frequency": 2, "num_to_keep": 2}))
+                                  param_space={"x": 0.5, "epochs": 6},
+                                  checkpoint={"frequency": 2, "num_to_keep": num_to_keep}))
     trial_dir = next(p for p in (tmp_path / "t").iterdir() if p.name.startswith("checkpointing_"))
     kept = sorted(p.name for p in trial_dir.glob("checkpoint_*"))
-    assert len(kept) == 2, kept
+    assert len(kept) == kept_count, kept
     state = json.load(open(f"{result.best_checkpoint}/state.json"))
     assert state["i"] == 5, "reports 2, 4, 6 kept a checkpoint; the newest is of i=5"
+
+
+def test_num_to_keep_null_keeps_all_under_pbt_too(make_spec):
+    """PBT and PB2 default num_to_keep to 4 only when the spec leaves it out: null still keeps all."""
+    pbt = {"type": "pbt", "perturbation_interval": 2}
+    spec = load_spec(make_spec(ENGINE, stop={"training_iteration": 8}, scheduler=pbt, checkpoint={"num_to_keep": None}))
+    assert spec.checkpoint.num_to_keep is None
+    assert kept_checkpoints(spec)["num_to_keep"] is None
 
 
 def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_path, make_spec):
