@@ -218,3 +218,27 @@ def test_the_plan_says_the_scope_and_the_kept_checkpoints(tmp_path):
     assert _describe_checkpoints(spec) == ["checkpoint: the best 2 by val_accuracy (max) per trial, and the newest"]
     path.write_text("trainable: tests.trainables:quadratic\ncheckpoint: {num_to_keep: 3}\n")
     assert _describe_checkpoints(load_spec(path)) == ["checkpoint: the newest 3 per trial"]
+
+
+@pytest.mark.slow
+def test_export_takes_an_empty_folder(peaks_run, run_cli, tmp_path):
+    """--to an existing empty folder is accepted: it is filled (and stays where it was)."""
+    _, exp, _, labels = peaks_run
+    out = tmp_path / "empty"
+    out.mkdir()
+    proc = run_cli("export", exp, "--to", out)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(EXPORT_FILES)
+    assert json.loads((out / EXPORT_METRICS).read_text())["trial_id"] == labels["peak"]
+
+
+def test_export_refuses_an_experiment_without_summary_json(run_cli, tmp_path):
+    """An experiment folder with no summary.json (its run has not ended): exit 2, one paragraph, nothing written."""
+    exp = tmp_path / "unfinished"
+    exp.mkdir()
+    (exp / SPEC_SNAPSHOT).write_text("trainable: tests.trainables:quadratic\n")
+    proc = run_cli("export", exp, "--to", tmp_path / "out")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"tuner: error: {exp} has no summary.json: it is not a tuner experiment, or its run has "
+                           "not ended (a run writes it when it ends; `tuner resume` finishes a stopped one).\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unfinished"], "nothing written"
