@@ -4,6 +4,8 @@ forecast against what was used, on a real Ray Hyperband run whose count the fore
 
 import json
 import math
+import os
+import re
 
 import pytest
 
@@ -180,16 +182,54 @@ def test_validate_from_an_earlier_experiment(hb_run, run_cli, tmp_path):
 
 @pytest.mark.slow
 def test_validate_measure_runs_one_trial_and_writes_nothing(run_cli, tmp_path):
+    """--measure 2 of a trial whose first epoch sleeps 3 s and the next 0.05 s: the mean is the second's alone
+    (with the first it would be at least 1.5 s), and the temporary folder of the run is gone afterwards."""
     spec = tmp_path / "m.yaml"
     spec.write_text(RUN_SPEC.replace("num_samples: 5", "num_samples: 6").replace("epochs: 3", "epochs: 20")
+                    .replace("  sleep: 0.05\n", "  sleep: 0.05\n  first_sleep: 3\n")
                     + "resources: {cpu: 1, gpu: 0.5}\nstop: {training_iteration: 20}\n"
                     + "storage: " + str(tmp_path / "runs") + "\n")
-    proc = run_cli("validate", spec, "--num-cpus", "2", "--num-gpus", "1", "--measure", "2")
+    temp = tmp_path / "temp"  # the subprocess's TMPDIR (Ray keeps its own folder where it was)
+    temp.mkdir()
+    proc = run_cli("validate", spec, "--num-cpus", "2", "--num-gpus", "1", "--measure", "2",
+                   env={"TMPDIR": str(temp), "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", "/tmp")})
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     measured = next(line for line in lines if line.startswith("measured:"))
-    assert "(mean of 1 iteration of one trial run for 2 iterations here; the first, " in measured
-    assert float(measured.split()[1]) > 0.04
+    first = re.search(r"; the first, (\S+) s with the trial's start-up, left out\)$", measured)
+    assert "(mean of 1 iteration of one trial run for 2 iterations here; the first, " in measured and first
+    assert float(first.group(1)) >= 3.0, "the first iteration slept 3 s"
+    assert 0.04 < float(measured.split()[1]) < 1.5, "the mean counts the second iteration only"
     assert any(line.startswith("wall time:  ~") and "at 2 trials at a time" in line for line in lines)
     assert "GPU-hours:" in lines[-1] and "(0.5 GPU per trial)" in lines[-1]
     assert not (tmp_path / "runs").exists()
+    assert not list(temp.glob("tuner-measure-*")), "the measured run's temporary folder is removed"
+
+
+def test_from_leaves_each_trials_first_iteration_out(tmp_path):
+    """--from an experiment whose trials' first iterations took 3 s and 5 s and the others 0.1 s to 0.4 s: the
+    mean of the others only (with the firsts, 1.4 s)."""
+    from tuner.measure import from_experiment
+
+    exp = tmp_path / "earlier"
+    exp.mkdir()
+    (exp / "spec.yaml").write_text(RUN_SPEC)
+    for trial_id, times in {"aaaaa_00000": [3.0, 0.1, 0.2], "aaaaa_00001": [5.0, 0.4]}.items():
+        (exp / f"steady_{trial_id}").mkdir()
+        (exp / f"steady_{trial_id}" / "result.json").write_text("".join(
+            json.dumps({"trial_id": trial_id, "training_iteration": i, "time_this_iter_s": t, "loss": 1.0}) + "\n"
+            for i, t in enumerate(times, 1)))
+    measured = from_experiment(exp)
+    assert (measured.iterations, measured.seconds_per_iteration) == (3, pytest.approx(0.7 / 3))
+    assert measured.describe() == (f"measured:   0.233 s per iteration (mean of 3 iterations of experiment {exp}, "
+                                   "first iterations of each trial left out)")
+
+
+def test_the_plan_says_how_much_of_the_time_budget_the_run_takes():
+    """A forecast wall time under time_budget_s: the plan gives its share of the budget."""
+    fc = forecast(_spec({"type": "asha", "max_t": 9, "reduction_factor": 3}, num_samples=9, time_budget_s=60))
+    est = estimate(fc, 2.0, 3, 0.0, time_budget_s=60)
+    assert est.wall_time_s == pytest.approx(14) and est.budget_fraction is None
+    assert describe_estimate(fc, est, 60) == [
+        "wall time:  ~14 s (at most 54 s) at 3 trials at a time (expected trial-iterations x 2 s / 3)",
+        "budget:     fits time_budget_s 60 s (~23% of it)"]

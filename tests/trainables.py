@@ -223,12 +223,13 @@ def typo(config):
 
 
 def steady(config):
-    """Checkpoints every epoch and resumes; each epoch takes config['sleep'] seconds."""
+    """Checkpoints every epoch and resumes; each epoch takes config['sleep'] seconds (the first epoch
+    config['first_sleep'], when given)."""
     import time
 
     start = _start_epoch()
     for epoch in range(start, int(config["epochs"])):
-        time.sleep(config.get("sleep", 0.3))
+        time.sleep(config.get("first_sleep", config.get("sleep", 0.3)) if epoch == 0 else config.get("sleep", 0.3))
         folder = _epoch_checkpoint(epoch)
         trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start},
                      checkpoint_dir=folder)
