@@ -228,6 +228,30 @@ def test_tuner_schema_prints_and_writes_the_committed_schema(run_cli, tmp_path, 
     assert (tmp_path / "s.json").read_text() == printed.stdout
 
 
+#: `tuner schema` through tuner's entry point in a fresh interpreter; then which heavy packages it imported.
+SCHEMA_ONLY = """
+import contextlib, io, json, sys
+from tuner.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+    main(["schema"])
+print(json.dumps({"schema": out.getvalue(), "loaded": sorted(m for m in ("ray", "torch", "optuna", "pandas")
+                                                            if m in sys.modules)}))
+"""
+
+
+def test_tuner_schema_imports_no_ray_or_torch():
+    """The command needs nothing beyond tuner: it prints the schema without importing Ray, torch, Optuna or pandas."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", SCHEMA_ONLY], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["schema"] == (ROOT / SCHEMA_FILE).read_text()
+    assert found["loaded"] == []
+
+
 # Random specs from the models' own fields, with the forms the before-validators take: whatever the
 # loader accepts, the schema must accept (a false error in the editor is worse than a missing one).
 
