@@ -178,17 +178,49 @@ def ddp_probe(config):
 
 
 def gpu_probe(config):
-    """Reports the GPU ids and CUDA_VISIBLE_DEVICES Ray gave this trial, and when it ran."""
+    """Reports the GPU ids and CUDA_VISIBLE_DEVICES Ray gave this trial, and who shared its GPU.
+
+    Gated on files in the folder ``config["gate"]``: a trial marks itself live on its GPU
+    (``live-<gpu ids>-<n>``), then started (``started-<n>``), and waits until ``config["together"]``
+    trials have started (up to 5 minutes, then fails: they never ran at once). Then it counts the
+    trials live on its GPU, itself included (``gpu_peers``), marks itself passed (``passed-<n>``)
+    and, once ``together`` trials have passed, unmarks itself live. So each of the first
+    ``together`` trials counts every trial that shares its GPU among them.
+    """
     import os
     import time
 
     import ray
 
-    start = time.time()
-    time.sleep(config.get("sleep", 3))
-    trial.report({"gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
-                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                  "start": start, "end": time.time(), "loss": config.get("x", 0.0)})
+    def count(prefix: str) -> int:
+        return sum(1 for name in os.listdir(gate) if name.startswith(prefix))
+
+    def wait(prefix: str) -> None:
+        for _ in range(3000):
+            if count(prefix) >= int(config["together"]):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"fewer than {config['together']} trials ever ran at once")
+
+    gpus = ",".join(str(g) for g in ray.get_gpu_ids())
+    gate = config["gate"]
+    number = 0
+    while True:  # claim a number of its own
+        try:
+            os.close(os.open(os.path.join(gate, f"claimed-{number}"), os.O_CREAT | os.O_EXCL))
+            break
+        except FileExistsError:
+            number += 1
+    live = os.path.join(gate, f"live-{gpus}-{number}")
+    open(live, "w").close()
+    open(os.path.join(gate, f"started-{number}"), "w").close()
+    wait("started-")
+    peers = count(f"live-{gpus}-")
+    open(os.path.join(gate, f"passed-{number}"), "w").close()
+    wait("passed-")
+    os.remove(live)
+    trial.report({"gpu_ids": gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                  "gpu_peers": peers, "loss": config.get("x", 0.0)})
 
 
 def oom_until_small(config):
