@@ -23,6 +23,9 @@ from tuner.layout import (CHECKPOINT_PREFIX, EXPORT_CONFIG, EXPORT_FILES, EXPORT
 from tuner.spec import load_spec
 from tuner.spec.sections import BestTrial
 
+# One xdist worker runs this file: its module-scoped run is made once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_best_checkpoints")
+
 PEAK = [0.5, 0.9, 0.95, 0.6, 0.55, 0.5]  # best at epoch 2 (iteration 3); last 0.5
 STEADY = [0.3, 0.4, 0.5, 0.6, 0.65, 0.7]  # last 0.7: the best under scope last
 

@@ -18,6 +18,9 @@ from tuner.pareto import hypervolume, hypervolume_history, pareto_front, referen
 from tuner.spec import load_spec
 from tuner.spec.sections import Constraint, Objective
 
+# One xdist worker runs this file: its module-scoped run is made once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_multiobjective")
+
 
 def _dominates(a: dict, b: dict, objectives: list[Objective]) -> bool:
     better = [(a[o.metric] < b[o.metric]) if o.mode == "min" else (a[o.metric] > b[o.metric]) for o in objectives]
