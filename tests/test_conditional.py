@@ -390,9 +390,10 @@ def test_random_search_completes_a_point_and_the_console_leaves_inactive_paramet
         assert all(cells[name] != "" for name in active[cells["optimizer"]]), (trial_id, cells)
     best_row = rows.iloc[0]
     best = active[best_row["config/optimizer"]]
-    current = re.search(r"^Current best trial: (\S+) with last loss=\S+ and parameters=(\{.*\})$", proc.stdout, re.M)
-    assert current and current.group(1) == best_row["trial_id"]
-    assert set(ast.literal_eval(current.group(2))) == best
+    current = re.findall(r"^Current best trial: (\S+) with last loss=\S+ and parameters=(\{.*\})$", proc.stdout,
+                         re.M)
+    assert current and current[-1][0] == best_row["trial_id"], "the last table's best trial"
+    assert set(ast.literal_eval(current[-1][1])) == best
     closing = re.search(r"^Best trial (\S+): loss=\S+ config=(\{.*\})$", proc.stdout, re.M)
     assert closing and closing.group(1) == best_row["trial_id"]
     assert set(ast.literal_eval(closing.group(2))) == best | {"epochs"}
