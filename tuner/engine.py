@@ -867,6 +867,8 @@ def _replay_scheduler(prepared: Prepared):
     from tuner.ray_internals import drop_replay_stale_stop
 
     class WholeReplay(PopulationBasedTrainingReplay):
+        """Ray's replay, without the STOP its config changes leave behind."""
+
         def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
             decision = super().on_trial_result(tune_controller, trial, result)
             if decision == TrialScheduler.NOOP:  # a config change: the trial was paused

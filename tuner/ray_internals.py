@@ -778,6 +778,10 @@ def drop_replay_stale_stop(tune_controller: Any, trial: Any) -> None:
     carries it, and the first save after the restore executes it: the replay ended TERMINATED one
     checkpoint after its first config change, whatever the schedule. Called by tuner's replay
     scheduler right after the change (the trial is PAUSED; a real STOP of a paused trial is not cached).
+
+    Args:
+        tune_controller: The ``TuneController`` Ray passes the scheduler.
+        trial: The replayed trial, just paused for its new config.
     """
     from ray.tune.schedulers import TrialScheduler
 
