@@ -6,7 +6,9 @@ falls with the epochs toward a level set by ``x``; it checkpoints every epoch, s
 Hyperband's paused trials resume where they stopped) on a local Ray with ``--num-cpus``
 CPUs, for each seed.
 
-    python benchmarks/forecast.py --trials 64 --seeds 3 --output docs/benchmarks.md
+    python benchmarks/forecast.py --trials 64 --seeds 3 --main-job 3 --output docs/benchmarks.md
+
+``--main-job N`` also runs the main job (search_spaces/mnist_asha.yaml) N times as it is.
 
 Writes a Markdown section (replacing its own in --output) and prints it. A benchmark,
 not a test: nothing here asserts a count.
@@ -58,22 +60,36 @@ def configs(max_t: int) -> list[tuple[str, dict]]:
     ]
 
 
-def run_once(scheduler: dict, trials: int, max_t: int, seed: int, storage: str, name: str) -> tuple[float, int, float]:
-    """``(forecast expected, used trial-iterations, forecast max)`` of one run."""
+def run_once(spec: dict, storage: str, name: str) -> tuple[object, int]:
+    """``(forecast at the trials that fit the local Ray, used trial-iterations)`` of one run of ``spec``."""
     from tuner.engine import prepare, run_prepared
-    from tuner.forecast import forecast
+    from tuner.forecast import forecast, trials_at_once
+    from tuner.space import grid_size
 
-    spec = {
-        "name": name, "trainable": "benchmarks.forecast:curve", "metric": "loss", "mode": "min",
-        "num_samples": trials, "seed": seed, "scheduler": scheduler,
-        "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": max_t},
-        "reporting": {"cli": False, "tensorboard": False}, "storage": storage,
-    }
-    prepared = prepare(spec)
-    fc = forecast(prepared.spec)
+    prepared = prepare({**spec, "name": name, "storage": storage})
+    trials = grid_size(prepared.spec) * prepared.spec.num_samples
+    fc = forecast(prepared.spec, trials, trials_at_once(prepared.spec, prepared.cluster, trials))
     result = run_prepared(prepared)
     used = int(result.dataframe["training_iteration"].sum())
-    return float(fc.expected_total or 0), used, float(fc.max_total or 0)
+    return fc, used
+
+
+def toy_spec(scheduler: dict, trials: int, max_t: int, seed: int) -> dict:
+    """The toy experiment of one row: ``trials`` trials of :func:`curve` for ``max_t`` epochs."""
+    return {
+        "trainable": "benchmarks.forecast:curve", "metric": "loss", "mode": "min",
+        "num_samples": trials, "seed": seed, "scheduler": scheduler,
+        "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": max_t},
+        "reporting": {"cli": False, "tensorboard": False},
+    }
+
+
+def main_job_spec() -> dict:
+    """The main job (search_spaces/mnist_asha.yaml) as a new user runs it, without console table or TensorBoard."""
+    from tuner.spec import parse_yaml
+
+    spec, _ = parse_yaml((ROOT / "search_spaces" / "mnist_asha.yaml").read_text())
+    return {**spec, "reporting": {"cli": False, "tensorboard": False}}
 
 
 def main(argv=None) -> None:
@@ -81,6 +97,8 @@ def main(argv=None) -> None:
     parser.add_argument("--trials", type=int, default=64, help="trials per run (default 64)")
     parser.add_argument("--max-t", type=int, default=27, help="max_t and epochs (default 27)")
     parser.add_argument("--seeds", type=int, default=3, help="runs per scheduler, seeds 0..N-1 (default 3)")
+    parser.add_argument("--main-job", type=int, default=0, metavar="N",
+                        help="also run search_spaces/mnist_asha.yaml N times, as it is (default 0: not)")
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--output", type=Path, default=None, help="Markdown file whose section to replace")
     args = parser.parse_args(argv)
@@ -93,37 +111,48 @@ def main(argv=None) -> None:
     start_local_ray(args.num_cpus)
     rows = []
     began = time.perf_counter()
+    jobs = [(label, [toy_spec(scheduler, args.trials, args.max_t, seed) for seed in range(args.seeds)])
+            for label, scheduler in configs(args.max_t)]
+    if args.main_job:
+        jobs.append(("main job (search_spaces/mnist_asha.yaml)", [main_job_spec()] * args.main_job))
     with tempfile.TemporaryDirectory() as storage:
-        for i, (label, scheduler) in enumerate(configs(args.max_t)):
-            runs = [run_once(scheduler, args.trials, args.max_t, seed, storage, f"f{i}_{seed}")
-                    for seed in range(args.seeds)]
-            expected, top = runs[0][0], runs[0][2]
-            used = [u for _, u, _ in runs]
-            rows.append((label, expected, top, used))
-            print(f"{label:36s} forecast {expected:8.1f} used {used}", flush=True)
+        for i, (label, specs) in enumerate(jobs):
+            runs = [run_once(spec, storage, f"f{i}_{k}") for k, spec in enumerate(specs)]
+            fc, used = runs[0][0], [u for _, u in runs]
+            rows.append((label, fc, used))
+            print(f"{label:42s} forecast {fc.expected_total:8.1f} used {used}", flush=True)
     total = time.perf_counter() - began
     ray.shutdown()
     lines = [
         machine_line(load_before),
         f"Command: `python benchmarks/forecast.py --trials {args.trials} --max-t {args.max_t} --seeds {args.seeds} "
-        f"--num-cpus {args.num_cpus}` ({total:.0f} s).",
+        f"{f'--main-job {args.main_job} ' if args.main_job else ''}--num-cpus {args.num_cpus}` ({total:.0f} s).",
         "",
         f"{args.trials} trials of a toy loss curve (`x + 1 / (epoch + 1)`, x uniform in [0, 1]), grace period 1, "
-        "random search; used = the sum over trials of their last `training_iteration`, one figure per seed.",
+        "random search, one run per seed"
+        + (f"; the main job {args.main_job} times as it is (its own seed, the spread from Ray's timing)"
+           if args.main_job else "")
+        + ". Used = the sum over trials of their last `training_iteration`. The forecast is `tuner validate`'s "
+        "at the trials that fit the local Ray: for ASHA the median of its simulated runs, with their 10th to 90th "
+        "percentile.",
         "",
-        "| scheduler | max (trial-iterations) | forecast expected | used (per seed) | median used / forecast |",
-        "|---|---|---|---|---|",
+        "| experiment | trials at once | max (trial-iterations) | forecast expected (10th-90th) | used (per run) "
+        "| median used | forecast / median used |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for label, expected, top, used in rows:
-        ratio = statistics.median(used) / expected if expected else float("nan")
-        lines.append(f"| {label} | {top:.0f} | {expected:.1f} | {', '.join(map(str, used))} | {ratio:.2f} |")
+    for label, fc, used in rows:
+        median = statistics.median(used)
+        spread = "" if fc.expected_low is None else f" ({fc.expected_low:.0f}-{fc.expected_high:.0f})"
+        ratio = fc.expected_total / median if median else float("nan")
+        at_once = fc.at_once if fc.at_once is not None else "-"
+        lines.append(f"| {label} | {at_once} | {fc.max_total:.0f} | {fc.expected_total:.1f}{spread} | "
+                     f"{', '.join(map(str, used))} | {median:g} | {ratio:.2f} |")
     lines += [
         "",
-        "Hyperband's count is Ray's bracket arithmetic, exact when no trial ends on its own. ASHA's is the "
-        "expectation under the paper's rule (1/rf of the trials that reach a rung go on); Ray promotes "
-        "asynchronously, a trial going on when it is in the top 1/rf of those that reached the rung before "
-        "it, so the first trials at each rung always go on and the count runs above the forecast, the more "
-        "so the fewer trials.",
+        "Hyperband's count is Ray's bracket arithmetic, exact when no trial ends on its own. ASHA's is a seeded "
+        "simulation of Ray's AsyncHyperBandScheduler (`tuner.forecast.simulate_asha`): a trial is compared at a "
+        "rung with the trials recorded there before it, so the first trials at each rung go on, which the "
+        "paper's rule (1/rf of the trials go on at each rung) leaves out.",
     ]
     write_section(args.output, HEADING, "\n".join(lines))
 

@@ -6,10 +6,12 @@ import json
 import math
 import os
 import re
+import statistics
 
 import pytest
 
-from tuner.forecast import describe, describe_estimate, estimate, forecast
+from tuner.forecast import (MAX_SIMULATED_TRIALS, SEED, SIMULATIONS, asha_evaluations, asha_paper, describe,
+                            describe_estimate, estimate, forecast, simulate_asha)
 from tuner.spec import load_spec
 
 # One xdist worker runs this file: its module-scoped run is built once (pyproject's --dist loadgroup).
@@ -48,19 +50,134 @@ def test_population_schedulers_stop_no_trial():
     assert fc.expected_total == fc.max_total == 60 and "does not stop them" in fc.rule
 
 
-def test_asha_keeps_one_in_rf_at_each_rung():
+MAIN_LIKE = {"type": "asha", "max_t": 10, "reduction_factor": 3}  # rungs 1, 3, 9; max_t stops at 10
+
+
+def test_asha_forecast_is_the_median_and_spread_of_seeded_simulations():
+    spec = _spec(MAIN_LIKE, num_samples=16)
+    fc = forecast(spec, at_once=2)
+    assert fc.max_total == 160 and fc.at_once == 2
+    totals = sorted(simulate_asha(spec, 16, 2, runs=SIMULATIONS, seed=SEED))
+    assert fc.expected_total == statistics.median(totals)
+    assert fc.expected_low == pytest.approx(statistics.quantiles(totals, n=10, method="inclusive")[0])
+    assert fc.expected_high == pytest.approx(statistics.quantiles(totals, n=10, method="inclusive")[-1])
+    assert fc.expected_low < fc.expected_total < fc.expected_high <= fc.max_total
+    # Deterministic under a seed; another seed draws other runs.
+    assert forecast(spec, at_once=2) == fc
+    assert simulate_asha(spec, 16, 2, runs=50, seed=7) == simulate_asha(spec, 16, 2, runs=50, seed=7)
+    assert simulate_asha(spec, 16, 2, runs=50, seed=7) != simulate_asha(spec, 16, 2, runs=50, seed=8)
+    line = describe(fc)[1]
+    assert line.startswith(f"            expected {fc.expected_total:.0f} (10th-90th percentile ")
+    assert "under asha: Ray's asynchronous successive halving (Li et al. 2020) simulated 200 times at 2 trials " \
+           "at a time, trials of random rank" in line
+    # Without the cluster, max_concurrent_trials, else one at a time.
+    assert forecast(spec).at_once == 1
+    assert forecast(_spec(MAIN_LIKE, num_samples=16, max_concurrent_trials=3)).at_once == 3
+
+
+def test_asha_first_trial_at_a_rung_goes_on_so_small_experiments_run_above_the_papers_rule():
+    # One trial: first at every rung, it runs to max_t.
+    assert set(simulate_asha(_spec(MAIN_LIKE, num_samples=1), 1, 1, runs=20)) == {10}
+    # Two trials, one or two at a time: the first to reach rung 1 goes on to 10; the other goes on (to 10, as
+    # it is better at every rung) if it is better than the first, else stops at 1: 11 or 20, each about half.
+    for at_once in (1, 2):
+        totals = simulate_asha(_spec(MAIN_LIKE, num_samples=2), 2, at_once, runs=200)
+        assert set(totals) == {11, 20} and 70 < totals.count(20) < 130
+    # One at a time, each trial's comparisons come before the next one's; three at a time, they interleave,
+    # the first at rung 1 by one of the first three trials.
+    spec = _spec(MAIN_LIKE, num_samples=12)
+    for at_once in (1, 3):
+        trace = []
+        simulate_asha(spec, 12, at_once, runs=10, seed=1, trace=trace)
+        orders = [[(i, t) for r, i, t, _, _ in trace if r == run] for run in range(10)]
+        if at_once == 1:
+            assert all(order == sorted(order) and order[:3] == [(0, 1), (0, 3), (0, 9)] for order in orders)
+        else:
+            assert all(order[0] in [(0, 1), (1, 1), (2, 1)] for order in orders)
+            assert sum(order != sorted(order) for order in orders) >= 5
+    # The paper's rule, 1/3 of the trials that reach a rung go on: 1 + 2/3 + 6/9 + 1/27 iterations a trial.
+    paper = 1 + 2 / 3 + 6 / 9 + 1 / 27
+    small = forecast(_spec(MAIN_LIKE, num_samples=16), at_once=2)
+    assert small.expected_total > 1.3 * 16 * paper
+    # Many trials: the first trials at each rung weigh little, and the count tends to the paper's.
+    many = forecast(_spec(MAIN_LIKE, num_samples=3000), at_once=2)
+    assert 1.0 < many.expected_total / (3000 * paper) < 1.05
+
+
+def test_asha_papers_rule_keeps_one_in_rf_at_each_rung_and_serves_above_the_simulated_trials():
     # Rungs 1, 3 (9 is max_t): each trial runs 1, a third goes on to 3, a ninth to 9.
-    fc = forecast(_spec({"type": "asha", "max_t": 9, "reduction_factor": 3}))
-    assert fc.max_total == 36
-    assert fc.expected_total == pytest.approx(4 * (1 + 2 / 3 + 6 / 9))
-    assert "expected 9.3 under asha" in "\n".join(describe(fc))
+    spec = _spec({"type": "asha", "max_t": 9, "reduction_factor": 3})
+    assert asha_paper(spec, 4, 9) == pytest.approx(4 * (1 + 2 / 3 + 6 / 9))
     # stop below max_t caps every trial: rungs 1, 3, then 5.
-    capped = forecast(_spec({"type": "asha", "max_t": 9, "reduction_factor": 3}, stop={"training_iteration": 5}))
-    assert capped.per_trial == 5 and capped.expected_total == pytest.approx(4 * (1 + 2 / 3 + 2 / 9))
+    assert asha_paper(spec, 4, 5) == pytest.approx(4 * (1 + 2 / 3 + 2 / 9))
     # Two brackets, shared as Ray draws them: e**(rungs - max rungs), rungs [1, 3, 9] and [3, 9].
-    two = forecast(_spec({"type": "asha", "max_t": 9, "reduction_factor": 3, "brackets": 2}, num_samples=10))
+    two = _spec({"type": "asha", "max_t": 9, "reduction_factor": 3, "brackets": 2})
     p0 = 1 / (1 + math.exp(-1))
-    assert two.expected_total == pytest.approx(10 * (p0 * (1 + 2 / 3 + 6 / 9) + (1 - p0) * (3 + 6 / 3)))
+    assert asha_paper(two, 10, 9) == pytest.approx(10 * (p0 * (1 + 2 / 3 + 6 / 9) + (1 - p0) * (3 + 6 / 3)))
+    big = forecast(spec, MAX_SIMULATED_TRIALS + 1, 8)
+    assert big.expected_total == pytest.approx(asha_paper(spec, MAX_SIMULATED_TRIALS + 1, 9))
+    assert big.expected_low is None and big.at_once is None and "not simulated; a lower estimate" in big.rule
+    assert describe(big)[1].startswith(f"            expected {big.expected_total:.0f} under asha: 1/reduction_factor")
+
+
+def test_asha_evaluations_follow_rays_rungs():
+    assert asha_evaluations([1, 3, 9], 10, True) == [(1, 0), (3, 1), (9, 2)]
+    assert asha_evaluations([1, 3, 9], 9, True) == [(1, 0), (3, 1)]  # max_t 9 stops before rung 9
+    # Rungs closer than an iteration (rf 1.2: 1, 1.2, 1.44, 1.728, 2.07): Ray compares at the highest rung
+    # not yet filled (1.728 at 2, 2.07 at 3), and fills a skipped one at a later iteration (1.44 at 4), but
+    # not with stop_last_trials: false.
+    rungs = [1.2 ** k for k in range(5)]
+    assert asha_evaluations(rungs, 5, True) == [(1, 0), (2, 3), (3, 4), (4, 2)]
+    assert asha_evaluations(rungs, 5, True, stop_last_trials=False) == [(1, 0), (2, 3), (3, 4)]
+    assert asha_evaluations([10.0, 100.0], 150, False) == [(10.0, 0), (100.0, 1)]
+
+
+@pytest.mark.parametrize("scheduler,stop", [
+    (MAIN_LIKE, None),
+    ({"type": "asha", "max_t": 9, "reduction_factor": 2}, None),
+    ({"type": "asha", "max_t": 5, "reduction_factor": 1.2}, None),  # rungs closer than an iteration
+    ({"type": "asha", "max_t": 9, "reduction_factor": 3, "stop_last_trials": False}, {"training_iteration": 12}),
+    ({"type": "asha", "time_attr": "time_total_s", "max_t": 100, "grace_period": 10, "reduction_factor": 3},
+     None),
+])
+def test_the_simulation_decides_as_rays_asha_scheduler(scheduler, stop):
+    """Each simulated run, replayed result by result through Ray's own ASHAScheduler (built as `tuner run`
+    builds it), gets Ray's decision at every result and leaves Ray's values at every rung."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    from tuner.algorithms import build_scheduler
+
+    spec = _spec(scheduler, stop=stop, num_samples=14)
+    unit = spec.scheduler.time_attr
+    whole = unit == "training_iteration"
+    trace = []
+    simulate_asha(spec, 14, 3, runs=6, seed=3, trace=trace)
+    assert trace and any(stopped for *_, stopped in trace) and not all(stopped for *_, stopped in trace)
+    cap = forecast(spec).per_trial
+    for run in range(6):
+        ray_asha = build_scheduler(spec)
+        ray_asha.set_search_properties("loss", "min")
+        trials, reached, last, values = {}, {}, {}, []
+        for _, i, t, quality, stopped in (e for e in trace if e[0] == run):
+            if i not in trials:
+                trials[i] = SimpleNamespace(trial_id=f"t{i}")
+                ray_asha.on_trial_add(None, trials[i])
+            # Every result up to this comparison (each iteration; in seconds, the rungs): loss = -quality.
+            steps = range(int(reached.get(i, 0)) + 1, int(t) + 1) if whole else [t]
+            for step in steps:
+                decision = ray_asha.on_trial_result(None, trials[i], {unit: step, "loss": -quality})
+                assert decision == (TrialScheduler.STOP if stopped and step == t else TrialScheduler.CONTINUE)
+            reached[i], last[i] = t, (quality, stopped)
+            values.append(quality)  # Ray records metric_op * loss: -1 * loss under mode min
+        for i, (quality, stopped) in last.items():  # the trials that went on: no comparison left before cap
+            if not stopped and whole:
+                for step in range(int(reached[i]) + 1, int(cap)):
+                    assert ray_asha.on_trial_result(None, trials[i], {unit: step, "loss": -quality}) == \
+                        TrialScheduler.CONTINUE
+        recorded = [v for _, rung in ray_asha._brackets[0]._rungs for v in rung.values()]
+        assert sorted(recorded) == sorted(values), "Ray recorded a value at each comparison, and only there"
 
 
 def test_hyperband_and_bohb_fill_rays_brackets_in_their_orders():
@@ -83,25 +200,27 @@ def test_grid_points_times_num_samples_and_other_time_attrs():
                       "param_space": {"x": {"type": "choice", "values": [0.1, 0.2, 0.3]},
                                       "y": {"type": "grid", "values": [1, 2]}}})
     assert forecast(grid).trials == 12 and forecast(grid).max_total == 60
-    seconds = forecast(_spec({"type": "asha", "time_attr": "time_total_s", "max_t": 100, "grace_period": 10,
-                              "reduction_factor": 10}, stop={"loss": 0.1}))
+    seconds_spec = _spec({"type": "asha", "time_attr": "time_total_s", "max_t": 100, "grace_period": 10,
+                          "reduction_factor": 10}, stop={"loss": 0.1})
+    seconds = forecast(seconds_spec)
     assert seconds.unit == "time_total_s" and seconds.max_total == 400
-    assert seconds.expected_total == pytest.approx(4 * (10 + 90 / 10))
+    # Rung 10 s only (100 s is max_t): the first trial runs 100 s, each other one 10 s or 100 s.
+    assert set(simulate_asha(seconds_spec, 4, 1, runs=50)) == {100 + 100 * k + 10 * (3 - k) for k in range(4)}
     assert seconds.notes == ("stop on loss may end trials sooner",)
     assert describe(seconds)[0] == "forecast:   at most 400 trial-seconds (4 trials x 100)"
 
 
 def test_estimate_gives_wall_time_gpu_hours_and_the_budgets_share():
-    fc = forecast(_spec({"type": "asha", "max_t": 9, "reduction_factor": 3}, num_samples=9, time_budget_s=10))
-    assert fc.expected_total == pytest.approx(21)
+    fc = forecast(_spec({"type": "hyperband", "max_t": 9, "reduction_factor": 3}, num_samples=8, time_budget_s=10))
+    assert (fc.expected_total, fc.max_total) == (54, 72)
     est = estimate(fc, 2.0, 3, 0.5, time_budget_s=10)
-    assert est.wall_time_s == pytest.approx(21 * 2 / 3) and est.max_wall_time_s == pytest.approx(81 * 2 / 3)
-    assert est.gpu_hours == pytest.approx(21 * 2 * 0.5 / 3600)
-    assert est.budget_fraction == pytest.approx(10 / 14)
+    assert est.wall_time_s == pytest.approx(54 * 2 / 3) and est.max_wall_time_s == pytest.approx(72 * 2 / 3)
+    assert est.gpu_hours == pytest.approx(54 * 2 * 0.5 / 3600)
+    assert est.budget_fraction == pytest.approx(10 / 36)
     lines = describe_estimate(fc, est, 10)
-    assert lines[0].startswith("wall time:  ~14 s (at most 54 s) at 3 trials at a time")
-    assert lines[1] == "GPU-hours:  0.00583 (0.5 GPU per trial)"
-    assert lines[2] == "budget:     time_budget_s 10 s will stop the run after ~71% of the forecast work"
+    assert lines[0].startswith("wall time:  ~36 s (at most 48 s) at 3 trials at a time")
+    assert lines[1] == "GPU-hours:  0.015 (0.5 GPU per trial)"
+    assert lines[2] == "budget:     time_budget_s 10 s will stop the run after ~28% of the forecast work"
     assert estimate(fc, 2.0, 0, 0.0) is None
 
 

@@ -143,8 +143,13 @@ def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     assert b["stopped_early"] == int((csv["training_iteration"] < 6).sum())
     assert b["trial_time_s"] < b["trial_time_s_without_early_stopping"]
     assert b["wall_time_s"] == pytest.approx(summary(run)["wall_time_s"], abs=0.01)
-    # The forecast recorded at run start (tuner.forecast): ASHA rungs 1, 2, 4 below max_t 6, half go on at each.
-    assert (b["forecast"]["expected"], b["forecast"]["max"]) == (6 * (1 + 1 / 2 + 2 / 4 + 2 / 8), 36)
+    # The forecast recorded at run start: ASHA's simulation (tuner.forecast) at the 2 trials that fit 2 CPUs.
+    from tuner.forecast import forecast
+    from tuner.spec import load_spec
+
+    fc = forecast(load_spec(yaml.safe_load(SPEC)), 6, 2)
+    assert (b["forecast"]["expected"], b["forecast"]["max"], b["forecast"]["trials_at_once"]) == \
+        (round(fc.expected_total, 3), 36, 2)
     assert b["forecast"]["used"] == b["trial_iterations"]
 
     out = run.tmp / "top.csv"

@@ -451,7 +451,8 @@ def plan(prepared: Prepared) -> str:
         lines += describe_resources(spec, prepared.cluster)
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
-    lines += forecast.describe(forecast.forecast(spec, trials))
+    at_once = None if prepared.cluster is None else forecast.trials_at_once(spec, prepared.cluster, trials)
+    lines += forecast.describe(forecast.forecast(spec, trials, at_once))
     return "\n".join(lines)
 
 
@@ -1062,10 +1063,11 @@ def _forecast_record(prepared: Prepared) -> dict[str, Any]:
     """The budget forecast at run start (:func:`tuner.forecast.forecast`), with the trials that run at once
     (None when the cluster's resources are not known yet)."""
     from tuner.forecast import forecast, trials_at_once
+    from tuner.space import grid_size
 
-    fc = forecast(prepared.spec)
-    at_once = None if prepared.cluster is None else trials_at_once(prepared.spec, prepared.cluster, fc.trials)
-    return {**fc.as_dict(), "trials_at_once": at_once}
+    trials = grid_size(prepared.spec) * prepared.spec.num_samples
+    at_once = None if prepared.cluster is None else trials_at_once(prepared.spec, prepared.cluster, trials)
+    return {**forecast(prepared.spec, trials, at_once).as_dict(), "trials_at_once": at_once}
 
 
 def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -198,9 +198,12 @@ def time_lines(prepared: Any, measurement: Measurement | None) -> list[str]:
         Lines for ``tuner validate``; empty when there is nothing to turn into time.
     """
     from tuner.forecast import ITERATIONS, SECONDS, describe_estimate, estimate, forecast, trials_at_once
+    from tuner.space import grid_size
 
     spec = prepared.spec
-    fc = forecast(spec)
+    trials = grid_size(spec) * spec.num_samples
+    at_once = None if prepared.cluster is None else trials_at_once(spec, prepared.cluster, trials)
+    fc = forecast(spec, trials, at_once)
     lines = [measurement.describe()] if measurement is not None else []
     if fc.unit == SECONDS:
         rate = 1.0
@@ -210,8 +213,7 @@ def time_lines(prepared: Any, measurement: Measurement | None) -> list[str]:
         if measurement is not None:
             lines.append(f"wall time:  unknown: the forecast counts {fc.unit}, not iterations")
         return lines
-    if prepared.cluster is None:
+    if at_once is None:
         return lines + ["wall time:  unknown: the cluster's resources are not known"]
-    at_once = trials_at_once(spec, prepared.cluster, fc.trials)
     est = estimate(fc, rate, at_once, float(spec.resources.total["gpu"]), spec.time_budget_s)
     return lines + describe_estimate(fc, est, spec.time_budget_s)
