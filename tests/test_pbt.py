@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuner import tune_model
+from tuner.layout import CLONE_SOURCES_DIR
 
 SPEC = {
     "name": "pbt",
@@ -68,11 +69,26 @@ def check_exploited(experiment: Path) -> list[dict]:
     return after
 
 
+def check_clone_source(experiment: Path, after: list[dict]) -> None:
+    """The bottom trial restored from tuner's copy of the top trial's checkpoint of iteration 2,
+    ``pbt_clones/<top trial id>-2``, a hard link of the top trial's own checkpoint (which num_to_keep 4 keeps:
+    4 iterations); and the copy is gone after the run (each trial saved checkpoints of its own since)."""
+    top = histories(experiment)[1.0]
+    assert {r["restored_from"] for r in after} == {str(experiment / CLONE_SOURCES_DIR / f"{top[0]['trial_id']}-2")}
+    folder = next(p for p in experiment.iterdir() if p.name.endswith(top[0]["trial_id"]))
+    original = [c / "state.json" for c in folder.glob("checkpoint_*")
+                if json.loads((c / "state.json").read_text()) == {"epoch": 1, "total": 2.0, "x": 1.0}]
+    assert len(original) == 1, sorted(p.name for p in folder.iterdir())
+    assert {r["restored_inode"] for r in after} == {original[0].stat().st_ino}, "a hard link, not a copy"
+    assert not (experiment / CLONE_SOURCES_DIR).exists(), sorted(p.name for p in (experiment / CLONE_SOURCES_DIR).iterdir())
+
+
 def test_pbt_exploits_a_function_trainable(ray_local, tmp_path, make_spec):
     """A train function checkpointing through tuner.trial.report: the bottom trial restarts from the top
     trial's checkpoint (tuner.trial.get_checkpoint) with the top trial's config, perturbed."""
     result = tune_model(make_spec(SPEC))
-    check_exploited(Path(result.experiment_path))
+    after = check_exploited(Path(result.experiment_path))
+    check_clone_source(Path(result.experiment_path), after)
     assert set(result.dataframe["status"]) == {"TERMINATED"}
 
 
