@@ -141,6 +141,33 @@ def test_plan_lines(make_spec):
         "            bound lr: [0.0001, 0.1]"]
 
 
+@pytest.mark.parametrize("scheduler", ["pbt", "pb2"])
+def test_seed_seeds_the_drivers_generators(make_spec, scheduler):
+    """``seed`` seeds Python's ``random`` in the driver (Ray's PBT draws which top trial to clone, resample or
+    perturb, which factor and which neighbour from it), and under pb2 numpy's global generator too (PB2's
+    GP-UCB start points), when the scheduler is built; pbt leaves numpy's alone."""
+    import random
+
+    import numpy as np
+
+    from tuner.algorithms import build_scheduler
+    from tuner.spec import load_spec
+
+    spec = load_spec(make_spec(SPEC, seed=7, scheduler=PB2 if scheduler == "pb2" else SPEC["scheduler"]))
+    random.seed(12345)
+    np.random.seed(12345)
+    build_scheduler(spec)
+    drawn = (random.random(), np.random.random())
+    random.seed(7)
+    np.random.seed(7)
+    seeded = (random.random(), np.random.random())
+    random.seed(12345)
+    np.random.seed(12345)
+    unseeded = (random.random(), np.random.random())
+    assert drawn[0] == seeded[0]
+    assert drawn[1] == (seeded[1] if scheduler == "pb2" else unseeded[1])
+
+
 @pytest.mark.slow
 def test_pbt_restarts_a_ddp_trial_from_the_top_trial(ray_local, tmp_path, make_spec):
     """A DDP trial (2 gloo workers): the bottom trial's whole worker group restarts from the top trial's
@@ -172,6 +199,12 @@ def test_population_survives_sigkill_and_resume(ray_local, tmp_path, make_spec, 
         state = saved_scheduler(exp)
         return sorted(s.last_perturbation_time for s in state["_trial_state"].values()), state["_num_perturbations"]
 
+    def pb2_data(exp: Path) -> list[tuple]:
+        """PB2's data for its GP, as saved: a row per trial and perturbation point (time, x, reward), sorted
+        (its trial names differ between experiments); empty under pbt."""
+        data = saved_scheduler(exp).get("data")
+        return [] if data is None or data.empty else sorted(map(tuple, data[["Time", "x", "Reward"]].round(9).values.tolist()))
+
     gate = tmp_path / "gate"
     config = {"gate": str(gate), "hold_at": 2}
     space = {**SPEC["param_space"], **config}
@@ -179,16 +212,20 @@ def test_population_survives_sigkill_and_resume(ray_local, tmp_path, make_spec, 
     tune_model(make_spec(spec, name="reference", param_space={**space, "gate": str(tmp_path / "open")}))
     reference = population(tmp_path / "reference")
     assert reference == ([2, 2], 1), reference
+    data = pb2_data(tmp_path / "reference")
+    assert data == ([(2, 0.1, 0.2), (2, 1.0, 2.0)] if scheduler == "pb2" else []), data
 
     exp = tmp_path / "killed"
     before = kill_while_held(make_spec(spec, name="killed", param_space=space, file="killed.yaml"), exp, gate)
     assert "RUNNING" in before.values(), before
     assert population(exp) == reference, "killed after the exploit, before the next perturbation"
+    assert pb2_data(exp) == data
     gate.touch()
     resume(exp)
     if scheduler == "pbt":
         check_exploited(exp)
     assert population(exp) == reference
+    assert pb2_data(exp) == data, "PB2's data came back with the resume (and the run made no more)"
 
 
 def test_pbt_refuses_a_class_trainable_without_checkpoints(tmp_path, make_spec, run_cli):
