@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuner import tune_model
-from tuner.layout import CLONE_SOURCES_DIR
+from tuner.layout import CLONE_SOURCES_DIR, PLACEMENT_GROUP_FILE, train_run_generation
 
 SPEC = {
     "name": "pbt",
@@ -171,14 +171,31 @@ def test_seed_seeds_the_drivers_generators(make_spec, scheduler):
 @pytest.mark.slow
 def test_pbt_restarts_a_ddp_trial_from_the_top_trial(ray_local, tmp_path, make_spec):
     """A DDP trial (2 gloo workers): the bottom trial's whole worker group restarts from the top trial's
-    checkpoint, and every rank gets the new config and the restored state."""
-    result = tune_model(make_spec(SPEC, trainable="tests.trainables:accumulates_ddp",
+    checkpoint, and every rank gets the new config and the restored state.
+
+    ``trial_timeout_s`` turns a hang into an error: a paused trial's worker group that is not freed keeps the
+    CPUs its restarted group needs (seen with the PlacementGroupReleaser's release on pause taken out: the run
+    waited until killed). A trial takes well under a minute here."""
+    result = tune_model(make_spec(SPEC, trainable="tests.trainables:accumulates_ddp", trial_timeout_s=300,
                                   resources={"workers": 2, "cpu_per_worker": 0.5}))
-    after = check_exploited(Path(result.experiment_path))
+    exp = Path(result.experiment_path)
+    after = check_exploited(exp)
     for row in after:
         assert row["world_size"] == 2
         ranks = json.loads(row["ranks"])
         assert ranks == [[row["x"], 1.0, pytest.approx(2.0)]] * 2, f"every rank: new x, top trial's state: {ranks}"
+    # The exploited trial went on in a fresh Ray Train run, <trial id>-pbt1, in its trial folder; the top trial,
+    # paused too (synch), went on in its own run.
+    for rows, runs in ((after, ["{}", "{}-pbt1"]), ([r for r in histories(exp)[1.0] if r["epoch"] > 1], ["{}"])):
+        trial_id = rows[0]["trial_id"]
+        folder = next(p for p in exp.iterdir() if p.name.endswith(trial_id))
+        assert sorted(p.name for p in folder.iterdir() if train_run_generation(p.name, trial_id) is not None) == \
+            [run.format(trial_id) for run in runs]
+        # Each trial's worker group was freed once the trial was paused, before its new group started (Ray Train
+        # would keep it: tuner's PlacementGroupReleaser removes it).
+        first, second = (folder / PLACEMENT_GROUP_FILE).read_text().split()
+        seen = json.loads(rows[0]["groups"])
+        assert (seen[first], seen[second]) == ("REMOVED", "CREATED"), (trial_id, seen)
 
 
 PB2 = {"type": "pb2", "perturbation_interval": 2, "quantile_fraction": 0.5, "synch": True, "bounds": {"x": [0.0, 10.0]}}
