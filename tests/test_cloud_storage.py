@@ -231,3 +231,30 @@ def test_warm_start_reads_an_earlier_experiment_from_the_bucket(s3):
     spec["search"]["warm_start"] = [f"{base}/nowhere?{query}"]
     with pytest.raises(SpecError, match="holds no tuner experiment: no spec.yaml there"):
         load_warm_start(load_spec(spec))
+
+
+@pytest.mark.slow
+def test_s3_storage_pbt_clones_from_a_copy_in_the_bucket(s3, tmp_path, run_cli):
+    """PBT on cloud storage: the bottom trial restores from tuner's copy of the top trial's checkpoint in the
+    bucket's pbt_clones/ (a copy: the bucket has no hard links), and the copy is gone after the run."""
+    from tests.test_pbt import SPEC as PBT
+
+    storage, env, fs = s3
+    spec = tmp_path / "pbt.yaml"
+    spec.write_text(yaml.safe_dump({**PBT, "name": "cloud-pbt"}))
+    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(_read(fs, "tuner-test/runs/cloud-pbt/summary.json"))
+    assert summary["trials"]["by_status"] == {"TERMINATED": 2}
+    (exploit,) = summary["perturbations"]
+    files = _files(fs, "tuner-test/runs/cloud-pbt")
+    rows = {}
+    for name in files:
+        if name.endswith("/result.json"):
+            history = [json.loads(line) for line in _read(fs, f"tuner-test/runs/cloud-pbt/{name}").splitlines()]
+            rows[history[0]["trial_id"]] = history
+    after = [r for r in rows[exploit["trial_id"]] if r["training_iteration"] > 2]
+    copy = f"tuner-test/runs/cloud-pbt/pbt_clones/{exploit['cloned_from']}-2"
+    assert after and {(r["restored_from"], r["restored_inode"]) for r in after} == {(copy, -1)}, after
+    assert all(r["restored_x"] == 1.0 and r["restored_total"] == pytest.approx(2.0) for r in after), after
+    assert not [n for n in files if n.startswith("pbt_clones")], "the copy is deleted after the run"

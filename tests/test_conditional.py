@@ -309,20 +309,35 @@ def test_a_resume_with_more_samples_draws_them_from_the_conditional_space(ray_lo
 
 @pytest.mark.slow
 def test_pbt_leaves_conditional_parameters_alone(ray_local, tmp_path):
-    """PBT's default mutations are the unconditional parameters; a clone keeps its branch's parameters."""
+    """PBT's default mutations are the unconditional parameters; a clone takes the top trial's whole config,
+    its branch's parameters and all, with only ``lr`` perturbed, and goes on from the top trial's checkpoint
+    (tests.trainables:branchy_pbt checkpoints every iteration). Synchronous, 4 trials, quantile 0.25: at
+    iteration 2 the worst trial clones the best one."""
     from tuner import tune_model
 
-    data = {"name": "cond-pbt", "trainable": "tests.trainables:branchy", "metric": "loss", "mode": "min",
+    data = {"name": "cond-pbt", "trainable": "tests.trainables:branchy_pbt", "metric": "loss", "mode": "min",
             "num_samples": 4, "seed": 3, "stop": {"training_iteration": 4},
             "param_space": {**{k: v for k, v in yaml.safe_load(SPACE).items() if k in ("optimizer", "momentum",
                                                                                    "beta2")},
                             "epochs": 4, "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1}},
-            "scheduler": {"type": "pbt", "perturbation_interval": 2}}
+            "scheduler": {"type": "pbt", "perturbation_interval": 2, "synch": True, "resample_probability": 0}}
     spec = load_spec(data)
     assert list(spec.population_mutations) == ["lr"]
     result = tune_model(data, storage=str(tmp_path / "runs"))
     assert result.num_errors == 0
-    rows = pd.read_csv(tmp_path / "runs" / "cond-pbt" / RESULTS_CSV, keep_default_na=False).to_dict("records")
+    exp = tmp_path / "runs" / "cond-pbt"
+    assert result.perturbations, "the worst trial cloned the best one at iteration 2"
+    for p in result.perturbations:
+        cloned, new = flatten(p["cloned_config"]), flatten(p["new_config"])
+        assert {k for k in set(cloned) | set(new) if cloned.get(k) != new.get(k)} == {"lr"}, p
+        assert new["lr"] in (pytest.approx(cloned["lr"] * 0.8), pytest.approx(cloned["lr"] * 1.2)), p
+        folder = next(f for f in exp.iterdir() if f.name.endswith(p["trial_id"]))
+        after = [r for r in pd.read_csv(folder / "progress.csv", keep_default_na=False).to_dict("records")
+                 if r["training_iteration"] > p["cloned_iteration"]]
+        # it went on from the cloned trial's checkpoint, with the cloned trial's parameters (and no other)
+        assert after and {(r["keys"], r["restored_keys"]) for r in after} == \
+            {(",".join(sorted(new)), ",".join(sorted(cloned)))}, (after, p)
+    rows = pd.read_csv(exp / RESULTS_CSV, keep_default_na=False).to_dict("records")
     for row in rows:
         seen = set(row["keys"].split(","))
         assert ("momentum" in seen) == (row["config/optimizer"] in ("sgd", "rmsprop")), row

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuner import tune_model
+from tuner.layout import CLONE_SOURCES_DIR, PLACEMENT_GROUP_FILE, train_run_generation
 
 SPEC = {
     "name": "pbt",
@@ -68,11 +69,26 @@ def check_exploited(experiment: Path) -> list[dict]:
     return after
 
 
+def check_clone_source(experiment: Path, after: list[dict]) -> None:
+    """The bottom trial restored from tuner's copy of the top trial's checkpoint of iteration 2,
+    ``pbt_clones/<top trial id>-2``, a hard link of the top trial's own checkpoint (which num_to_keep 4 keeps:
+    4 iterations); and the copy is gone after the run (each trial saved checkpoints of its own since)."""
+    top = histories(experiment)[1.0]
+    assert {r["restored_from"] for r in after} == {str(experiment / CLONE_SOURCES_DIR / f"{top[0]['trial_id']}-2")}
+    folder = next(p for p in experiment.iterdir() if p.name.endswith(top[0]["trial_id"]))
+    original = [c / "state.json" for c in folder.glob("checkpoint_*")
+                if json.loads((c / "state.json").read_text()) == {"epoch": 1, "total": 2.0, "x": 1.0}]
+    assert len(original) == 1, sorted(p.name for p in folder.iterdir())
+    assert {r["restored_inode"] for r in after} == {original[0].stat().st_ino}, "a hard link, not a copy"
+    assert not (experiment / CLONE_SOURCES_DIR).exists(), sorted(p.name for p in (experiment / CLONE_SOURCES_DIR).iterdir())
+
+
 def test_pbt_exploits_a_function_trainable(ray_local, tmp_path, make_spec):
     """A train function checkpointing through tuner.trial.report: the bottom trial restarts from the top
     trial's checkpoint (tuner.trial.get_checkpoint) with the top trial's config, perturbed."""
     result = tune_model(make_spec(SPEC))
-    check_exploited(Path(result.experiment_path))
+    after = check_exploited(Path(result.experiment_path))
+    check_clone_source(Path(result.experiment_path), after)
     assert set(result.dataframe["status"]) == {"TERMINATED"}
 
 
@@ -125,17 +141,61 @@ def test_plan_lines(make_spec):
         "            bound lr: [0.0001, 0.1]"]
 
 
+@pytest.mark.parametrize("scheduler", ["pbt", "pb2"])
+def test_seed_seeds_the_drivers_generators(make_spec, scheduler):
+    """``seed`` seeds Python's ``random`` in the driver (Ray's PBT draws which top trial to clone, resample or
+    perturb, which factor and which neighbour from it), and under pb2 numpy's global generator too (PB2's
+    GP-UCB start points), when the scheduler is built; pbt leaves numpy's alone."""
+    import random
+
+    import numpy as np
+
+    from tuner.algorithms import build_scheduler
+    from tuner.spec import load_spec
+
+    spec = load_spec(make_spec(SPEC, seed=7, scheduler=PB2 if scheduler == "pb2" else SPEC["scheduler"]))
+    random.seed(12345)
+    np.random.seed(12345)
+    build_scheduler(spec)
+    drawn = (random.random(), np.random.random())
+    random.seed(7)
+    np.random.seed(7)
+    seeded = (random.random(), np.random.random())
+    random.seed(12345)
+    np.random.seed(12345)
+    unseeded = (random.random(), np.random.random())
+    assert drawn[0] == seeded[0]
+    assert drawn[1] == (seeded[1] if scheduler == "pb2" else unseeded[1])
+
+
 @pytest.mark.slow
 def test_pbt_restarts_a_ddp_trial_from_the_top_trial(ray_local, tmp_path, make_spec):
     """A DDP trial (2 gloo workers): the bottom trial's whole worker group restarts from the top trial's
-    checkpoint, and every rank gets the new config and the restored state."""
-    result = tune_model(make_spec(SPEC, trainable="tests.trainables:accumulates_ddp",
+    checkpoint, and every rank gets the new config and the restored state.
+
+    ``trial_timeout_s`` turns a hang into an error: a paused trial's worker group that is not freed keeps the
+    CPUs its restarted group needs (seen with the PlacementGroupReleaser's release on pause taken out: the run
+    waited until killed). A trial takes well under a minute here."""
+    result = tune_model(make_spec(SPEC, trainable="tests.trainables:accumulates_ddp", trial_timeout_s=300,
                                   resources={"workers": 2, "cpu_per_worker": 0.5}))
-    after = check_exploited(Path(result.experiment_path))
+    exp = Path(result.experiment_path)
+    after = check_exploited(exp)
     for row in after:
         assert row["world_size"] == 2
         ranks = json.loads(row["ranks"])
         assert ranks == [[row["x"], 1.0, pytest.approx(2.0)]] * 2, f"every rank: new x, top trial's state: {ranks}"
+    # The exploited trial went on in a fresh Ray Train run, <trial id>-pbt1, in its trial folder; the top trial,
+    # paused too (synch), went on in its own run.
+    for rows, runs in ((after, ["{}", "{}-pbt1"]), ([r for r in histories(exp)[1.0] if r["epoch"] > 1], ["{}"])):
+        trial_id = rows[0]["trial_id"]
+        folder = next(p for p in exp.iterdir() if p.name.endswith(trial_id))
+        assert sorted(p.name for p in folder.iterdir() if train_run_generation(p.name, trial_id) is not None) == \
+            [run.format(trial_id) for run in runs]
+        # Each trial's worker group was freed once the trial was paused, before its new group started (Ray Train
+        # would keep it: tuner's PlacementGroupReleaser removes it).
+        first, second = (folder / PLACEMENT_GROUP_FILE).read_text().split()
+        seen = json.loads(rows[0]["groups"])
+        assert (seen[first], seen[second]) == ("REMOVED", "CREATED"), (trial_id, seen)
 
 
 PB2 = {"type": "pb2", "perturbation_interval": 2, "quantile_fraction": 0.5, "synch": True, "bounds": {"x": [0.0, 10.0]}}
@@ -156,6 +216,12 @@ def test_population_survives_sigkill_and_resume(ray_local, tmp_path, make_spec, 
         state = saved_scheduler(exp)
         return sorted(s.last_perturbation_time for s in state["_trial_state"].values()), state["_num_perturbations"]
 
+    def pb2_data(exp: Path) -> list[tuple]:
+        """PB2's data for its GP, as saved: a row per trial and perturbation point (time, x, reward), sorted
+        (its trial names differ between experiments); empty under pbt."""
+        data = saved_scheduler(exp).get("data")
+        return [] if data is None or data.empty else sorted(map(tuple, data[["Time", "x", "Reward"]].round(9).values.tolist()))
+
     gate = tmp_path / "gate"
     config = {"gate": str(gate), "hold_at": 2}
     space = {**SPEC["param_space"], **config}
@@ -163,16 +229,20 @@ def test_population_survives_sigkill_and_resume(ray_local, tmp_path, make_spec, 
     tune_model(make_spec(spec, name="reference", param_space={**space, "gate": str(tmp_path / "open")}))
     reference = population(tmp_path / "reference")
     assert reference == ([2, 2], 1), reference
+    data = pb2_data(tmp_path / "reference")
+    assert data == ([(2, 0.1, 0.2), (2, 1.0, 2.0)] if scheduler == "pb2" else []), data
 
     exp = tmp_path / "killed"
     before = kill_while_held(make_spec(spec, name="killed", param_space=space, file="killed.yaml"), exp, gate)
     assert "RUNNING" in before.values(), before
     assert population(exp) == reference, "killed after the exploit, before the next perturbation"
+    assert pb2_data(exp) == data
     gate.touch()
     resume(exp)
     if scheduler == "pbt":
         check_exploited(exp)
     assert population(exp) == reference
+    assert pb2_data(exp) == data, "PB2's data came back with the resume (and the run made no more)"
 
 
 def test_pbt_refuses_a_class_trainable_without_checkpoints(tmp_path, make_spec, run_cli):

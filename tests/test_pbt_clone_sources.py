@@ -1,36 +1,47 @@
-"""PBT's clone sources outlive the top trials' num_to_keep (tuner.algorithms.KeepsCloneSources).
+"""PBT's clone sources outlive the top trials' num_to_keep, and go once no trial can restore from them
+(tuner.algorithms.KeepsCloneSources).
 
 A population of 6 on 2 CPUs, each trial checkpointing every iteration with ``num_to_keep: 1``
-(benchmarks.workloads:schedule_objective, Ray's PBT toy made deterministic): by the time a bottom trial
-clones a top trial, and again by the time the clone gets a CPU and restores, the top trial has saved
-newer checkpoints and Ray has deleted the one PBT kept. Without tuner's copies most clones fail ("Could
-not recover from checkpoint as it does not exist on storage anymore").
+(tests.trainables:clone_sources_member, whose score grows by its lr): by the time a bottom trial clones a
+top trial, and again by the time the clone gets a CPU and restores, the top trial has saved newer
+checkpoints and Ray has deleted the one PBT kept. Without tuner's copies most clones fail ("Could not
+recover from checkpoint as it does not exist on storage anymore").
+
+How many exploits the asynchronous population makes depends on the order its results arrive; the checks
+go by the exploits the run recorded (Ray's ``pbt_global.txt``, as ``result.perturbations``), what each
+trial reported it restored from, and the names each trial saw in ``pbt_clones/`` before each report.
 """
 
+import json
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from tuner import tune_model
-import pandas as pd
-
-from tuner.layout import CLONE_SOURCES_DIR, PBT_GLOBAL, RESULTS_CSV
+from tuner.layout import CLONE_SOURCES_DIR, PROGRESS_FILE, RESULTS_CSV
 
 POPULATION = 6
+MAX_T = 24
+INTERVAL = 3
 
 
 @pytest.mark.slow
-def test_clones_restore_after_the_top_trials_checkpoint_is_deleted(ray_local, tmp_path, make_spec):
+def test_clones_restore_from_kept_copies_that_go_when_no_trial_needs_them(ray_local, tmp_path, make_spec):
+    experiment = tmp_path / "clones"
+    clones, watch = experiment / CLONE_SOURCES_DIR, tmp_path / "watch.jsonl"
     spec = make_spec({
         "name": "clones",
-        "trainable": "benchmarks.workloads:schedule_objective",
-        "metric": "accuracy",
+        "trainable": "tests.trainables:clone_sources_member",
+        "metric": "score",
         "mode": "max",
         "seed": 0,
         "num_samples": POPULATION,
-        "stop": {"training_iteration": 24},
-        "param_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 2e-2}, "max_t": 24, "seed": 0,
-                        "budget_file": str(tmp_path / "steps"), "budget": 10_000},
+        "stop": {"training_iteration": MAX_T},
+        "param_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 2e-2}, "max_t": MAX_T,
+                        "clones": str(clones), "watch": str(watch)},
         "search": {"algorithm": "random"},
-        "scheduler": {"type": "pbt", "perturbation_interval": 3, "quantile_fraction": 0.34,
+        "scheduler": {"type": "pbt", "perturbation_interval": INTERVAL, "quantile_fraction": 0.34,
                       "resample_probability": 0.25, "mutations": {"lr": {"type": "loguniform", "low": 1e-4,
                                                                           "high": 2e-2}}},
         "checkpoint": {"num_to_keep": 1},
@@ -38,11 +49,48 @@ def test_clones_restore_after_the_top_trials_checkpoint_is_deleted(ray_local, tm
         "reporting": {"cli": False, "tensorboard": False},
     })
     result = tune_model(spec)
-    experiment = tmp_path / "clones"
-    exploits = (experiment / PBT_GLOBAL).read_text().splitlines()
-    assert len(exploits) >= 3, "the run exploited"
     assert result.errors == [], result.errors
     trials = pd.read_csv(experiment / RESULTS_CSV)
-    assert list(trials["status"]) == ["TERMINATED"] * POPULATION and set(trials["training_iteration"]) == {24}
-    kept = list((experiment / CLONE_SOURCES_DIR).iterdir())
-    assert 0 < len(kept) <= 2 * POPULATION, f"copies no trial can restore from are deleted: {len(kept)} kept"
+    assert list(trials["status"]) == ["TERMINATED"] * POPULATION and set(trials["training_iteration"]) == {MAX_T}
+
+    exploits = result.perturbations
+    assert exploits, "the population exploited (every run so far made several exploits)"
+    # Each exploited trial restored from tuner's copy of the checkpoint it cloned, named <trial id>-<iteration>
+    # after the trial that reported it and the iteration it was reported at (pbt_global.txt's
+    # cloned_iteration), and went on from the iteration after it.
+    rows = {}
+    for folder in experiment.iterdir():
+        if (folder / PROGRESS_FILE).is_file():
+            frame = pd.read_csv(folder / PROGRESS_FILE, keep_default_na=False)
+            rows[frame["trial_id"].iloc[0]] = frame.to_dict("records")
+    restarts = {}  # trial -> [(copy, the first iteration it reported after restoring from it)], in order
+    for trial_id, history in rows.items():
+        for before, row in zip([None, *history], history):
+            where = str(row["restored_from"])
+            if f"/{CLONE_SOURCES_DIR}/" in where and (before is None or before["restored_from"] != where
+                                                      or row["training_iteration"] != before["training_iteration"] + 1):
+                assert Path(where).parent == clones, where
+                restarts.setdefault(trial_id, []).append((Path(where).name, row["training_iteration"]))
+    for trial_id in rows:
+        own = [p for p in exploits if p["trial_id"] == trial_id]
+        assert [first for _, first in restarts.get(trial_id, [])] == [p["cloned_iteration"] + 1 for p in own], \
+            (trial_id, restarts.get(trial_id), own)
+        for (name, _), p in zip(restarts.get(trial_id, []), own):
+            owner, iteration, *_ = name.split("-")  # <trial id>-<iteration>[-<n> while that name was in use]
+            assert int(iteration) == p["cloned_iteration"], (name, p)
+            # every trial reports every iteration, so it reaches its perturbation points at multiples of the
+            # interval (a clone goes on with the cloned trial's last perturbation time)
+            assert p["iteration"] % INTERVAL == 0, p
+            # the cloned trial's checkpoint, or the copy it had itself restored from (a clone not saved since)
+            assert owner == p["cloned_from"] or name in [n for n, _ in restarts.get(p["cloned_from"], [])], (name, p)
+
+    # Copies go while the run goes on: one that a trial saw before a report is missing from what a trial
+    # saw later (tuner deleted it: no trial could restore from it any more).
+    seen = [json.loads(line)["clones"] for line in watch.read_text().splitlines()]
+    assert any(name in seen[i] and name not in later for i in range(len(seen)) for later in seen[i + 1:]
+               for name in seen[i]), "no copy was deleted during the run"
+    # After the run no trial restores from a copy: every trial's latest checkpoint is its own (each reported
+    # one with every iteration, its last at MAX_T, after its last exploit), the population is cloned no more,
+    # and the folder is gone.
+    assert all(history[-1]["training_iteration"] == MAX_T for history in rows.values())
+    assert not clones.exists(), f"copies no trial can restore from are deleted: {sorted(p.name for p in clones.iterdir())}"

@@ -104,6 +104,16 @@ def all_of(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
     return check
 
 
+def _source_in_order(*texts: str) -> Callable[[Any], None]:
+    """The object's source code holds these texts, in this order."""
+    def check(obj: Any) -> None:
+        source = inspect.getsource(obj)
+        at = [source.find(t) for t in texts]
+        assert -1 not in at, f"its source no longer holds {[t for t, i in zip(texts, at) if i < 0]}"
+        assert at == sorted(at), f"its source no longer has {list(texts)} in this order"
+    return check
+
+
 def _called(make: Callable[[Any], Any], then: Callable[[Any], None]) -> Callable[[Any], None]:
     """Check what ``make(obj)`` gives (an instance, a return value)."""
     def check(obj: Any) -> None:
@@ -499,6 +509,31 @@ INTERNALS = [
              via="PBTCloneSourceHooks"),
     Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/algorithms.py: KeepsCloneSources",
              _called(lambda cls: cls(SimpleNamespace(experiment_tag="t")), attrs("last_checkpoint", "last_result")), via="pbt_clone_sources"),
+    Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/algorithms.py: KeepsCloneSources (an ended trial's "
+             "clone source is forgotten, as Ray does for a trial that is not a top one)",
+             _called(lambda cls: cls(SimpleNamespace(experiment_tag="t")), attrs("last_checkpoint")),
+             via="drop_pbt_clone_source"),
+    Internal("ray.tune.schedulers.PopulationBasedTraining._checkpoint_or_exploit",
+             "tuner/algorithms.py: KeepsCloneSources (Ray forgets the source of a trial that is not a top one)",
+             source_has("state.last_checkpoint = None"), via="drop_pbt_clone_source"),
+    Internal("ray.tune.experiment.Trial.latest_checkpoint_result", "tuner/algorithms.py: KeepsCloneSources (the "
+             "iteration a kept checkpoint was reported at names its copy)",
+             lambda prop: source_has("self.run_metadata.checkpoint_manager.latest_checkpoint_result")(prop.fget),
+             via="trial_checkpoint_metrics"),
+    Internal("ray.train._internal.session._TrainingResult", "tuner/algorithms.py: KeepsCloneSources (a checkpoint "
+             "with the result it was reported with)", params("checkpoint", "metrics"), via="trial_checkpoint_metrics"),
+    Internal("ray.tune.schedulers.PopulationBasedTraining._log_config_on_step",
+             "tuner/ray_internals.py: PBTCloneSourceHooks (each exploit logged with the iterations of the results "
+             "at the perturbation and of the kept checkpoint)",
+             all_of(params("trial_state", "new_state", "trial", "trial_to_clone", "new_config"),
+                    source_has("trial.last_result.get(TRAINING_ITERATION, 0),",
+                               "trial_to_clone.last_result.get(TRAINING_ITERATION, 0),")),
+             via="PBTCloneSourceHooks"),
+    Internal("ray.tune.execution.tune_controller.TuneController._process_trial_result",
+             "tuner/ray_internals.py: PBTCloneSourceHooks (Trial.last_result is updated after the scheduler's "
+             "on_trial_result, so Ray's log read it one result early)",
+             _source_in_order("self._scheduler_alg.on_trial_result(", "trial.update_last_result(result)"),
+             via="PBTCloneSourceHooks"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._exploit",
              "tuner/algorithms.py: KeepsCloneSources (clones restore from the kept source)",
              source_has("copy.copy(new_state.last_checkpoint)"), via="PBTCloneSourceHooks"),

@@ -3,13 +3,16 @@ the report's PBT plots, and `tuner run --replay`, on one real PBT run through a 
 tests.trainables:pbt_member, synchronous, 6 iterations, a perturbation every 2) made once for the module.
 """
 
+import base64
 import csv
 import json
 from pathlib import Path
 
+import matplotlib.colors as mcolors
 import pytest
 import yaml
 
+from tuner.params import flatten
 from tuner.layout import (BEST_SCHEDULE, PBT_GLOBAL, PROGRESS_FILE, REPLAY_POLICY, RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT,
                           SUMMARY)
 
@@ -24,13 +27,17 @@ seed: 1
 stop: {training_iteration: 6}
 param_space:
   lr: {type: grid, values: [0.1, 0.2, 0.4, 0.8]}
+  opt:
+    width: {type: randint, low: 10, high: 100}
 scheduler:
   type: pbt
   perturbation_interval: 2
   quantile_fraction: 0.5
+  resample_probability: 0
   synch: true
   mutations:
     lr: {type: choice, values: [0.1, 0.2, 0.4, 0.8]}
+    opt.width: {type: randint, low: 10, high: 100}
 reporting: {cli: {enabled: false}}
 """
 
@@ -69,7 +76,10 @@ def test_perturbations_are_read_from_rays_logs(pbt):
     assert len(ids) == 4, "a PBT trial must keep its own id in results.csv"
     for p in result.perturbations:
         assert {p["trial_id"], p["cloned_from"]} <= ids
-        assert p["time"] == p["iteration"] and p["iteration"] % 2 == 0
+        # Synchronous: every trial waits at the perturbation point, so each exploit is at a multiple of the
+        # interval and copies the top trial's checkpoint of that same iteration, whichever trial's result came
+        # last (Ray's own log said one iteration less for that trial; it failed this test once under load).
+        assert p["time"] == p["iteration"] and p["iteration"] % 2 == 0 and p["cloned_iteration"] == p["iteration"]
         assert p["cloned_config"]["lr"] in (0.1, 0.2, 0.4, 0.8) and p["new_config"]["lr"] in (0.1, 0.2, 0.4, 0.8)
         lr = _lr_by_iteration(_trial_folder(exp, p["trial_id"]))
         if p["iteration"] + 1 in lr:  # an exploit at the last iteration has nothing after it
@@ -82,6 +92,47 @@ def test_perturbations_are_read_from_rays_logs(pbt):
 
 
 @pytest.mark.slow
+def test_mutations_move_a_choice_to_a_neighbour_and_round_an_integer(pbt):
+    """``resample_probability: 0``: a ``choice`` moves to a neighbouring value of its list (or stays, at an
+    end of it); a ``randint``, named with a dot (``opt.width``: nested in param_space), is multiplied by 0.8
+    or 1.2 and rounded to an integer; and the trial trains on with them."""
+    _, result = pbt
+    values = [0.1, 0.2, 0.4, 0.8]
+    assert result.perturbations, "a synchronous population of 4 with quantile 0.5 exploits at iteration 2"
+    for p in result.perturbations:
+        i = values.index(p["cloned_config"]["lr"])
+        assert p["new_config"]["lr"] in {values[max(i - 1, 0)], values[min(i + 1, len(values) - 1)]}, p
+        width, new = p["cloned_config"]["opt"]["width"], p["new_config"]["opt"]["width"]
+        assert type(new) is int and new in {round(width * 0.8), round(width * 1.2)} and new != width, p
+        assert set(flatten(p["new_config"])) == set(flatten(p["cloned_config"])), p
+    last = {}
+    for p in result.perturbations:
+        last[p["trial_id"]] = p
+    for trial_id, p in last.items():  # each exploited trial ends with the config of its last exploit
+        row = result.dataframe[result.dataframe["trial_id"] == trial_id].iloc[0]
+        assert (row["config/lr"], row["config/opt/width"]) == (p["new_config"]["lr"], p["new_config"]["opt"]["width"])
+
+
+@pytest.mark.slow
+def test_pbt_keeps_four_checkpoints_a_trial_by_default(pbt):
+    """``checkpoint.num_to_keep`` is 4 under pbt/pb2 when the spec does not set it: each trial of 6 iterations,
+    a checkpoint every iteration, keeps its best 4 (score grows: the newest 4)."""
+    spec, result = pbt
+    assert "checkpoint" not in yaml.safe_load(spec.read_text())
+    exp = Path(result.experiment_path)
+    for trial_id in result.dataframe["trial_id"]:
+        kept = sorted(p.name for p in _trial_folder(exp, trial_id).glob("checkpoint_*"))
+        assert len(kept) == 4, (trial_id, kept)
+
+
+def _changed(steps: list[dict]) -> list[str]:
+    """What ``changed`` must say for a schedule of this run: ``opt/width`` changes at every perturbation (x0.8 or
+    x1.2, rounded), ``lr`` when a step moved it (at an end of its list it may stay)."""
+    lr_moved = any(a["config"]["lr"] != b["config"]["lr"] for a, b in zip(steps, steps[1:]))
+    return ["lr"] * lr_moved + ["opt/width"] * (len(steps) > 1)
+
+
+@pytest.mark.slow
 def test_best_schedule_yaml_matches_the_perturbations(pbt):
     from tuner.schedule import best_schedule
 
@@ -90,12 +141,18 @@ def test_best_schedule_yaml_matches_the_perturbations(pbt):
     written = yaml.safe_load((exp / BEST_SCHEDULE).read_text())
     assert written == result.best_schedule and written["trial_id"] == result.best_trial_id
     assert written["schedule"][0]["from_iteration"] == 1
-    assert written["schedule"][-1]["config"] == result.best_config or written["changed"]
+    # the last step's config is the one the best trial ended with; a schedule of more than one step is that
+    # of a perturbed trial
+    assert written["schedule"][-1]["config"] == result.best_config
+    own = [p for p in result.perturbations if p["trial_id"] == result.best_trial_id]
+    assert (len(written["schedule"]) > 1) == bool(own), (written, own)
+    assert written["changed"] == _changed(written["schedule"]), written
     # every perturbed trial's schedule: its steps after the first are its lineage's exploits
     for trial_id in {p["trial_id"] for p in result.perturbations}:
         schedule = best_schedule(exp, trial_id)
         steps = schedule["schedule"]
         assert schedule["policy_file"] is not None and len(steps) >= 2
+        assert schedule["changed"] == _changed(steps), schedule
         own = [p for p in result.perturbations if p["trial_id"] == trial_id]
         assert steps[-1] == {"from_iteration": own[-1]["cloned_iteration"] + 1, "trial_id": trial_id,
                              "config": own[-1]["new_config"]}
@@ -115,17 +172,58 @@ def test_report_draws_the_schedule_and_the_lineage(pbt, run_cli, tmp_path):
     html = run_cli("report", result.experiment_path, "--format", "html", "--output", page)
     assert html.returncode == 0, html.stderr
     plots = page.with_name("r_plots")
-    for name in ("pbt_schedule", "pbt_lineage"):
-        assert (plots / f"{name}.png").stat().st_size > 1000
-    assert "PBT schedule and lineage" in page.read_text()
+    text = page.read_text()
+    assert "PBT schedule and lineage" in text
+    for name, alt in (("pbt_schedule", "PBT schedule"), ("pbt_lineage", "PBT lineage")):  # the page shows the PNGs
+        data = base64.b64encode((plots / f"{name}.png").read_bytes()).decode("ascii")
+        assert f'<img src="data:image/png;base64,{data}" alt="{alt}">' in text, name
+    check_pbt_plots(result)
+
+
+def check_pbt_plots(result) -> None:
+    """What the report's PBT plots draw (the figures the PNGs are rendered from): ``pbt_schedule``, one step
+    line per hyperparameter through the best trial's schedule; ``pbt_lineage``, one arrow per perturbation
+    from the cloned trial's row at its checkpoint's iteration to the exploiting trial's row at the exploit,
+    red where the best trial's weights went through it."""
+    from tuner.report import load_experiment
+    from tuner.report.plots import _plot_pbt_lineage, _plot_pbt_schedule
+
+    exp = load_experiment(result.experiment_path)
+    steps = result.best_schedule["schedule"]
+    last = int(exp.history[exp.history["trial_id"] == result.best_trial_id]["training_iteration"].max())
+    shown = [s for s in steps if s["from_iteration"] <= last]
+    names = result.best_schedule["changed"] or ["lr", "opt/width"]  # never perturbed: the sampled ones
+    fig = _plot_pbt_schedule(exp)
+    assert [ax.get_ylabel() for ax in fig.axes] == names
+    for ax, name in zip(fig.axes, names):
+        values = [flatten(s["config"])[name] for s in shown]
+        line = ax.get_lines()[0]
+        assert list(line.get_xdata()) == [s["from_iteration"] for s in shown] + [last + 1], name
+        assert list(line.get_ydata()) == pytest.approx(values + values[-1:]), name
+    assert result.best_trial_id in fig.texts[0].get_text()
+
+    ax = _plot_pbt_lineage(exp).axes[0]
+    row = {label.get_text().rstrip(" *"): y for label, y in zip(ax.get_yticklabels(), ax.get_yticks())}
+    assert set(row) == set(result.dataframe["trial_id"])
+    arrows = sorted((a.xyann, a.xy, a.arrow_patch.get_edgecolor()[:3]) for a in ax.texts)
+    on_path = {(s["trial_id"], s["from_iteration"] - 1) for s in steps[1:]}
+    red, blue = mcolors.to_rgb("crimson"), mcolors.to_rgb("tab:blue")
+    assert arrows == sorted(((p["cloned_iteration"] + 0.5, row[p["cloned_from"]]), (p["iteration"] + 0.5, row[p["trial_id"]]),
+                             red if (p["trial_id"], p["cloned_iteration"]) in on_path else blue)
+                            for p in result.perturbations)
 
 
 def test_the_report_of_other_schedulers_has_no_pbt_section(tmp_path):
+    """An ASHA experiment's report has no PBT section; the same folder with a pbt spec.yaml has one."""
     from tuner.report import load_experiment, render
 
-    (tmp_path / SPEC_SNAPSHOT).write_text(SPEC.replace("type: pbt", "type: asha").split("scheduler:")[0])
+    asha = SPEC.split("scheduler:")[0] + "scheduler: {type: asha, max_t: 6, grace_period: 2}\n"
+    (tmp_path / SPEC_SNAPSHOT).write_text(asha)
     exp = load_experiment(tmp_path)
+    assert exp.spec.scheduler.type == "asha"
     assert not exp.pbt and "PBT" not in render(exp)
+    (tmp_path / SPEC_SNAPSHOT).write_text(SPEC)
+    assert load_experiment(tmp_path).pbt and "PBT: 0 perturbations" in render(load_experiment(tmp_path))
 
 
 @pytest.mark.slow

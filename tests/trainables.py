@@ -615,27 +615,75 @@ def _pbt_hold(config: dict, epoch: int) -> None:
             time.sleep(0.1)
 
 
+def _restored_from() -> dict:
+    """Where the trial's checkpoint lies, as Ray names it: ``restored_from`` (the folder's path in its
+    filesystem, "" without a checkpoint) and ``restored_inode`` (the inode of its ``state.json`` on a local
+    disk, else -1), so a test can tell a PBT clone's source and whether it is a hard link."""
+    from ray import tune
+
+    ckpt = tune.get_checkpoint()
+    if ckpt is None:
+        return {"restored_from": "", "restored_inode": -1}
+    local = ckpt.filesystem is not None and ckpt.filesystem.type_name == "local"
+    inode = os.stat(os.path.join(ckpt.path, "state.json")).st_ino if local else -1
+    return {"restored_from": ckpt.path.rstrip("/"), "restored_inode": inode}
+
+
 def accumulates(config):
     """PBT's toy: ``score`` grows by ``config['x']`` each iteration, and the running total is the state
     kept in the checkpoint (with the x of the trial that wrote it). A trial restored from a checkpoint
-    reports what it restored: ``restored_x`` (-1 without) and ``restored_total``; so after an exploit the
-    bottom trial shows the top trial's x and total, and its own new x."""
+    reports what it restored: ``restored_x`` (-1 without) and ``restored_total``, and where that checkpoint
+    lay (:func:`_restored_from`); so after an exploit the bottom trial shows the top trial's x and total,
+    and its own new x."""
     state = _pbt_state()
     restored_x = -1.0 if state["x"] is None else state["x"]
     restored_total = state["total"]
     total = state["total"]
+    where = _restored_from()
     for epoch in range(state["epoch"] + 1, int(config["epochs"])):
         _pbt_hold(config, epoch)
         total += config["x"]
         trial.report({"score": total, "epoch": epoch, "x": config["x"], "restored_x": restored_x,
-                      "restored_total": restored_total},
+                      "restored_total": restored_total, **where},
                      checkpoint_dir=_pbt_checkpoint({"epoch": epoch, "total": total, "x": config["x"]}))
+
+
+def clone_sources_member(config):
+    """A PBT population member that watches PBT's clone sources: ``score`` grows by ``lr`` each iteration
+    (a checkpoint every iteration, holding the iteration and the score), ``max_t`` iterations. It reports
+    where its checkpoint lay (:func:`_restored_from`), and before each report appends a JSON line to the
+    file ``config['watch']``: ``{"trial", "iteration", "clones"}``, the names in the folder
+    ``config['clones']`` then (one line per write, appended: the lines are in the order they were seen)."""
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    state = {"iteration": 0, "score": 0.0}
+    ckpt = trial.get_checkpoint()
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            state = json.load(f)
+    where = _restored_from()
+    for i in range(state["iteration"] + 1, int(config["max_t"]) + 1):
+        state = {"iteration": i, "score": state["score"] + float(config["lr"])}
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump(state, f)
+        clones = sorted(os.listdir(config["clones"])) if os.path.isdir(config["clones"]) else []
+        with open(config["watch"], "a") as f:
+            f.write(json.dumps({"trial": trial_id, "iteration": i, "clones": clones}) + "\n")
+        trial.report({"score": state["score"], "lr": float(config["lr"]), "iteration": i, **where},
+                     checkpoint_dir=folder)
 
 
 def accumulates_ddp(config):
     """:func:`accumulates` as a DDP trial: every rank keeps the total, restores it from the checkpoint, and
-    rank 0 reports what each rank holds (``ranks``: JSON ``[[x, restored_x, restored_total], ...]``)."""
+    rank 0 reports what each rank holds (``ranks``: JSON ``[[x, restored_x, restored_total], ...]``) and the
+    state of every placement group of the Ray cluster when the worker group started (``groups``: JSON
+    ``{group id: state}``, from ``ray.util.placement_group_table``)."""
+    import ray
     import torch.distributed as dist
+
+    groups = json.dumps({pg_id: row["state"] for pg_id, row in ray.util.placement_group_table().items()})
 
     state = _pbt_state()
     restored_x = -1.0 if state["x"] is None else state["x"]
@@ -651,7 +699,7 @@ def accumulates_ddp(config):
             ranks = [mine]
         trial.report({"score": total, "epoch": epoch, "x": config["x"], "restored_x": restored_x,
                       "restored_total": restored_total, "world_size": trial.world_size(),
-                      "ranks": json.dumps(ranks)},
+                      "ranks": json.dumps(ranks), "groups": groups},
                      checkpoint_dir=_pbt_checkpoint({"epoch": epoch, "total": total, "x": config["x"]}))
 
 
@@ -721,10 +769,8 @@ def accuracy_cost(config):
         trial.report({"accuracy": (x - y / 2) * scale, "cost": x ** 2 + y / 2, "latency_ms": 40.0 * x})
 
 
-def branchy(config):
-    """A conditional space's toy: the loss depends on the branch taken (sgd or rmsprop with momentum, adam with beta2; a cnn
-    with channels, an mlp with hidden) and falls over ``epochs`` iterations. Reports ``keys``, the config's
-    parameter names as the train function saw them (``/``-joined, sorted), so a test can see an inactive one."""
+def _config_keys(config: dict) -> str:
+    """A config's parameter names as a train function sees them: ``/``-joined, sorted, comma-separated."""
     def names(tree: dict, prefix: str = ""):  # every key, an empty mapping too (flatten would skip one)
         for k, v in tree.items():
             if isinstance(v, dict) and v:
@@ -732,7 +778,10 @@ def branchy(config):
             else:
                 yield f"{prefix}{k}"
 
-    flat = sorted(names(config))
+    return ",".join(sorted(names(config)))
+
+
+def _branchy_loss(config: dict) -> float:
     if config.get("optimizer") in ("sgd", "rmsprop"):
         loss = (float(config["momentum"]) - 0.9) ** 2
     else:
@@ -740,8 +789,34 @@ def branchy(config):
     model = config.get("model")
     if isinstance(model, dict):
         loss += abs(int(model["channels"]) - 32) / 100 if model["name"] == "cnn" else 0.1
+    return loss
+
+
+def branchy(config):
+    """A conditional space's toy: the loss depends on the branch taken (sgd or rmsprop with momentum, adam with beta2; a cnn
+    with channels, an mlp with hidden) and falls over ``epochs`` iterations. Reports ``keys``, the config's
+    parameter names as the train function saw them (``/``-joined, sorted), so a test can see an inactive one."""
+    keys, loss = _config_keys(config), _branchy_loss(config)
     for i in range(int(config.get("epochs", 2))):
-        trial.report({"loss": loss + 1.0 / (i + 1), "keys": ",".join(sorted(flat))})
+        trial.report({"loss": loss + 1.0 / (i + 1), "keys": keys})
+
+
+def branchy_pbt(config):
+    """:func:`branchy` with a checkpoint every iteration, for PBT: the checkpoint holds the iteration and the
+    ``keys`` of the config that wrote it, and a trial restored from one reports them as ``restored_keys``
+    ("" when it started afresh), so a test sees whose checkpoint a clone went on from."""
+    keys, loss = _config_keys(config), _branchy_loss(config)
+    state = {"iteration": 0, "keys": ""}
+    ckpt = trial.get_checkpoint()
+    if ckpt:
+        with open(os.path.join(ckpt, "state.json")) as f:
+            state = json.load(f)
+    restored = state["keys"]
+    for i in range(state["iteration"], int(config.get("epochs", 2))):
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"iteration": i + 1, "keys": keys}, f)
+        trial.report({"loss": loss + 1.0 / (i + 1), "keys": keys, "restored_keys": restored}, checkpoint_dir=folder)
 
 
 def gpu_footprint(config):

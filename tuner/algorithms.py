@@ -555,18 +555,24 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
     (benchmarks/pbt_schedule.py): 6 of 8 trials errored.
 
     Here each top trial's checkpoint is copied at its perturbation point, into
-    ``<experiment>/pbt_clones/<trial id>-<checkpoint folder>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
-    hard links on a local disk, so no extra space while the original lives; a copy in cloud
-    storage), and the clones restore from the copy. A copy is deleted once no trial can restore
-    from it: when it is neither a kept clone source nor any trial's latest checkpoint (a clone's
-    latest checkpoint is the copy until it saves its own).
+    ``<experiment>/pbt_clones/<trial id>-<iteration>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
+    the ``training_iteration`` the checkpoint was reported with, as ``cloned_iteration`` in
+    ``pbt_global.txt``; ``-2``, ``-3`` ... after it while a copy of that name is still in use, as
+    when a clone took the trial back to an earlier iteration); hard links on a local disk, so no
+    extra space while the original lives; a copy in cloud storage. The clones restore from the
+    copy. A copy is deleted once no trial can restore from it: when it is neither the clone source
+    kept for a trial still running (finished trials are not cloned) nor any trial's latest
+    checkpoint (a clone's latest checkpoint is the copy until it saves its own). This is checked
+    whenever a copy is kept and whenever a trial ends, so after the run only the copies that are
+    still some trial's latest checkpoint are left (a trial that ended before saving a checkpoint
+    of its own after an exploit), and none when every trial saved after its last exploit; an
+    interrupted run keeps what its resume needs.
     """
 
-    def keep_clone_source(self, trial, checkpoint):
-        import pyarrow.fs as pafs
+    def keep_clone_source(self, trial, checkpoint, metrics):
         from ray.tune import Checkpoint
 
-        from tuner.layout import CLONE_SOURCES_DIR, TMP_SUFFIX
+        from tuner.layout import CLONE_SOURCES_DIR
         from tuner.ray_internals import experiment_fs_path
         from tuner.storage import copy_tree, delete_tree
 
@@ -578,18 +584,71 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
         source = checkpoint.path.rstrip("/")
         if source.startswith(folder + "/"):
             return checkpoint  # kept already
-        kept = f"{folder}/{trial.trial_id}-{source.rsplit('/', 1)[-1]}"  # <trial id>-checkpoint_000012
-        if fs.get_file_info(kept).type == pafs.FileType.NotFound:
-            delete_tree(fs, kept + TMP_SUFFIX)
-            copy_tree(fs, source, kept + TMP_SUFFIX)
-            fs.move(kept + TMP_SUFFIX, kept)  # whole or absent (a resume may find a kill's half copy)
-        needed = {kept} | {c.path.rstrip("/") for c in ray_internals.pbt_clone_sources(self)}
+        iteration = metrics.get("training_iteration")
+        base = f"{folder}/{trial.trial_id}-{iteration if iteration is not None else source.rsplit('/', 1)[-1]}"
+        in_use = self._clone_sources_in_use(besides=trial)  # this trial's own source is being replaced
+        kept, n = base, 1
+        while kept in in_use:
+            n += 1
+            kept = f"{base}-{n}"
+        # A copy of that name that no trial can restore from is an older one (or a half one, from a run killed
+        # while it copied: the scheduler's state names a copy only once it is whole): made again.
+        delete_tree(fs, kept)
+        copy_tree(fs, source, kept)
+        self._delete_clone_sources(fs, folder, in_use | {kept})
+        return Checkpoint(kept, filesystem=fs)
+
+    def _clone_sources_in_use(self, besides: Any = None) -> set[str]:
+        """The paths of the checkpoints a trial can still restore from: the clone sources kept for
+        the trials still running (``besides`` counted as finished) and every trial's latest checkpoint."""
+        needed = {c.path.rstrip("/") for t, c in ray_internals.pbt_clone_sources(self).items()
+                  if t is not besides and not t.is_finished()}
         needed |= {t.checkpoint.path.rstrip("/") for t in ray_internals.pbt_population(self)
                    if t.checkpoint is not None and getattr(t.checkpoint, "path", None)}
-        for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+        return needed
+
+    @staticmethod
+    def _delete_clone_sources(fs, folder: str, needed: set[str]) -> None:
+        """Delete every copy in ``folder`` but ``needed``; the folder too once it is empty."""
+        import pyarrow.fs as pafs
+
+        from tuner.storage import delete_tree
+
+        infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        for info in infos:
             if info.path.rstrip("/") not in needed:
                 delete_tree(fs, info.path)
-        return Checkpoint(kept, filesystem=fs)
+        if not any(i.path.rstrip("/") in needed for i in infos):
+            delete_tree(fs, folder)
+
+    def _trial_ended(self, trial) -> None:
+        """Delete the copies no trial can restore from once ``trial`` has ended (it is cloned no more)."""
+        from tuner.layout import CLONE_SOURCES_DIR
+        from tuner.ray_internals import experiment_fs_path
+
+        experiment = experiment_fs_path(trial)
+        sources = ray_internals.pbt_clone_sources(self)
+        for ended in [t for t in sources if t is trial or t.is_finished()]:
+            ray_internals.drop_pbt_clone_source(self, ended)  # deleted below; a restarted trial gets a new one
+        known = [*sources.values(),
+                 *(t.checkpoint for t in ray_internals.pbt_population(self) if t.checkpoint is not None)]
+        fs = next((c.filesystem for c in known if getattr(c, "filesystem", None) is not None), None)
+        if experiment is None or fs is None:
+            return  # no checkpoint anywhere: nothing was kept
+        self._delete_clone_sources(fs, f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}",
+                                   self._clone_sources_in_use(besides=trial))
+
+    def on_trial_complete(self, tune_controller, trial, result) -> None:
+        super().on_trial_complete(tune_controller, trial, result)  # type: ignore[misc]
+        self._trial_ended(trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        super().on_trial_error(tune_controller, trial)  # type: ignore[misc]
+        self._trial_ended(trial)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        super().on_trial_remove(tune_controller, trial)  # type: ignore[misc]
+        self._trial_ended(trial)
 
 
 class _PopulationBasedTraining(KeepsState, KeepsCloneSources, PopulationBasedTraining):

@@ -39,6 +39,7 @@ __all__ = [
     # gpu: auto (tuner/gpu_packing.py): the searcher's concurrency limit and a retried trial's resources
     "set_concurrency_limit", "set_trial_resources",
     "pbt_population", "pbt_perturbations", "watch_skipped_exploits", "PBTCloneSourceHooks", "pbt_clone_sources",
+    "trial_checkpoint_metrics", "drop_pbt_clone_source",
     # PBT's perturbation logs (pbt_global.txt, pbt_policy_<trial id>.txt)
     "pbt_log_rows", "pbt_orig_tag", "saved_trial_initial_config",
     # the order Ray created the trials in (tuner report's hypervolume against trial count)
@@ -587,7 +588,8 @@ def bohb_config_generator(searcher: Any) -> Any:
 
 class PBTCloneSourceHooks:
     """Mixin before Ray's ``PopulationBasedTraining`` (or ``PB2``): the checkpoint a top trial is cloned
-    from goes through ``self.keep_clone_source(trial, checkpoint) -> checkpoint`` (Ray 2.60).
+    from goes through ``self.keep_clone_source(trial, checkpoint, metrics) -> checkpoint`` (Ray 2.60),
+    ``metrics`` being the result the checkpoint was reported with.
 
     At a top trial's perturbation point ``PopulationBasedTraining._checkpoint_or_exploit`` keeps
     its checkpoint for later clones in ``_trial_state[trial].last_checkpoint``: a save still in
@@ -598,11 +600,23 @@ class PBTCloneSourceHooks:
     latest checkpoint, as Ray does for a PAUSED top trial; and what the subclass returns for the
     checkpoint is kept instead. A top trial that was not in the top quantile at its own last
     perturbation point has no checkpoint kept, and Ray would skip the exploit of a bottom trial
-    that picks it ("no checkpoint for trial"): its latest checkpoint is kept for it first.
+    that picks it ("no checkpoint for trial"): its latest checkpoint is kept for it first. The
+    kept state's ``last_result`` is the result reported with the kept checkpoint (Ray gives it to
+    the clone with the checkpoint).
+
+    Ray's log of each exploit (``_log_config_on_step``: ``pbt_global.txt``, ``pbt_policy_<id>.txt``)
+    reads both trials' iterations from ``Trial.last_result``, which the controller updates only
+    after the scheduler has seen a result: the trial whose result triggered the perturbation is
+    logged one iteration early (always under ``synch: false``; under ``synch: true`` when that
+    trial is a bottom or top one), and a top trial that trained on after its checkpoint was kept
+    is logged at its newer iteration. Here the log gets the iteration of the exploiting trial's
+    result at the perturbation and that of the kept checkpoint's result (the state Ray keeps of
+    each), so ``cloned_iteration + 1`` is the first iteration trained with the new config, as
+    ``PopulationBasedTrainingReplay`` replays it.
     """
 
     if TYPE_CHECKING:
-        def keep_clone_source(self, trial: Any, checkpoint: Any) -> Any: ...
+        def keep_clone_source(self, trial: Any, checkpoint: Any, metrics: dict) -> Any: ...
 
     def _checkpoint_or_exploit(self, trial: Any, tune_controller: Any, upper_quantile: list,
                                lower_quantile: list) -> None:
@@ -612,7 +626,8 @@ class PBTCloneSourceHooks:
             for top in upper_quantile:  # kept no checkpoint: Ray would skip the exploit
                 state = self._trial_state[top]  # type: ignore[attr-defined]
                 if state.last_checkpoint is None and top.checkpoint is not None:
-                    state.last_checkpoint = self.keep_clone_source(top, top.checkpoint)
+                    state.last_result = trial_checkpoint_metrics(top) or state.last_result
+                    state.last_checkpoint = self.keep_clone_source(top, top.checkpoint, state.last_result or {})
         super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile,  # type: ignore[misc]
                                        lower_quantile)
         if trial not in upper_quantile:
@@ -624,17 +639,56 @@ class PBTCloneSourceHooks:
             source = result.checkpoint if result else None
             if result:
                 state.last_result = result.metrics
+        else:
+            source = None  # Ray's paused top trial: its latest checkpoint, as below
         if source is None:  # no save (the trial was between actors, or its function had returned):
             source = trial.checkpoint  # its latest reported checkpoint, as for a PAUSED top trial
-        state.last_checkpoint = self.keep_clone_source(trial, source) if source is not None else None
+            if source is not None:
+                state.last_result = trial_checkpoint_metrics(trial) or state.last_result
+        state.last_checkpoint = self.keep_clone_source(trial, source, state.last_result or {}) \
+            if source is not None else None
+
+    def _log_config_on_step(self, trial_state: Any, new_state: Any, trial: Any, trial_to_clone: Any,
+                            new_config: dict) -> None:
+        super()._log_config_on_step(  # type: ignore[misc]
+            trial_state, new_state, _WithLastResult(trial, trial_state.last_result),
+            _WithLastResult(trial_to_clone, new_state.last_result), new_config)
 
 
-def pbt_clone_sources(scheduler: Any) -> list:
-    """The checkpoints a PBT or PB2 scheduler keeps for its next clones (each trial state's
-    ``last_checkpoint`` that is a checkpoint, not a save in flight; Ray 2.60)."""
+class _WithLastResult:
+    """A Ray ``Trial`` seen through another ``last_result`` (for ``_log_config_on_step``)."""
+
+    def __init__(self, trial: Any, result: dict | None):
+        self._trial, self.last_result = trial, result if result is not None else trial.last_result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trial, name)
+
+
+def trial_checkpoint_metrics(trial: Any) -> dict:
+    """The result a trial's latest checkpoint was reported with (empty when it has none): Ray 2.60's
+    ``Trial.latest_checkpoint_result`` (a ``_TrainingResult``) and its ``metrics``. For a clone that has
+    not saved yet, the result PBT gave it with the cloned checkpoint."""
+    latest = trial.latest_checkpoint_result
+    return dict(latest.metrics or {}) if latest is not None else {}
+
+
+def pbt_clone_sources(scheduler: Any) -> dict:
+    """The checkpoints a PBT or PB2 scheduler keeps for its next clones, by the trial each was kept for:
+    ``{trial: checkpoint}`` (each trial state's ``last_checkpoint`` that is a checkpoint, not a save in
+    flight; Ray 2.60)."""
     from ray.tune import Checkpoint
 
-    return [s.last_checkpoint for s in scheduler._trial_state.values() if isinstance(s.last_checkpoint, Checkpoint)]
+    return {t: s.last_checkpoint for t, s in scheduler._trial_state.items()
+            if isinstance(s.last_checkpoint, Checkpoint)}
+
+
+def drop_pbt_clone_source(scheduler: Any, trial: Any) -> None:
+    """Forget the clone source a PBT or PB2 scheduler keeps for ``trial`` (its state's ``last_checkpoint``,
+    Ray 2.60), as Ray does for a trial that is not in the top quantile: until its next perturbation point
+    it has none, and a bottom trial that picks it gets its latest checkpoint kept first
+    (:class:`PBTCloneSourceHooks`)."""
+    scheduler._trial_state[trial].last_checkpoint = None
 
 
 #: What Ray 2.60's ``PopulationBasedTraining._checkpoint_or_exploit`` logs (INFO, logger

@@ -578,9 +578,10 @@ class Checkpointing(_Model):
     """How often trial checkpoints are kept, and which.
 
     Ray keeps a trial's best ``num_to_keep`` checkpoints by ``score`` and, besides them, always
-    its newest one, which a resume, a retry after a failure and a PBT/PB2 clone start from
-    (Ray's ``CheckpointConfig(num_to_keep, checkpoint_score_attribute, checkpoint_score_order)``;
-    its ``_CheckpointManager`` never deletes the latest checkpoint).
+    its newest one, which a resume and a retry after a failure start from (Ray's
+    ``CheckpointConfig(num_to_keep, checkpoint_score_attribute, checkpoint_score_order)``; its
+    ``_CheckpointManager`` never deletes the latest checkpoint). A PBT/PB2 clone starts from
+    tuner's copy of the top trial's checkpoint (:class:`tuner.algorithms.KeepsCloneSources`).
 
     Attributes:
         frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
