@@ -104,6 +104,21 @@ def test_asha_first_trial_at_a_rung_goes_on_so_small_experiments_run_above_the_p
     assert 1.0 < many.expected_total / (3000 * paper) < 1.05
 
 
+def test_the_plan_and_the_time_lines_simulate_asha_at_the_trials_that_fit(tmp_path):
+    from tuner.engine import plan, prepare
+    from tuner.measure import Measurement, time_lines
+
+    raw = {"name": "p", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
+           "num_samples": 16, "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}},
+           "scheduler": MAIN_LIKE, "storage": str(tmp_path)}
+    prepared = prepare(raw, num_cpus=3)
+    fc = forecast(load_spec(raw), 16, 3)
+    assert fc.at_once == 3 and describe(fc)[1] in plan(prepared).splitlines()
+    assert "simulated 200 times at 3 trials at a time" in describe(fc)[1]
+    wall = time_lines(prepared, Measurement(2.0, 1, None, "test"))[-1]
+    assert wall.startswith(f"wall time:  ~{fc.expected_total * 2 / 3:.3g} s")
+
+
 def test_asha_papers_rule_keeps_one_in_rf_at_each_rung_and_serves_above_the_simulated_trials():
     # Rungs 1, 3 (9 is max_t): each trial runs 1, a third goes on to 3, a ninth to 9.
     spec = _spec({"type": "asha", "max_t": 9, "reduction_factor": 3})

@@ -150,6 +150,9 @@ def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     fc = forecast(load_spec(yaml.safe_load(SPEC)), 6, 2)
     assert (b["forecast"]["expected"], b["forecast"]["max"], b["forecast"]["trials_at_once"]) == \
         (round(fc.expected_total, 3), 36, 2)
+    recorded = json.loads((run.exp / "tuner_run.json").read_text())["forecast"]
+    assert (recorded["expected_low"], recorded["expected_high"], recorded["at_once"]) == \
+        (fc.expected_low, fc.expected_high, 2)
     assert b["forecast"]["used"] == b["trial_iterations"]
 
     out = run.tmp / "top.csv"
