@@ -75,6 +75,73 @@ def test_the_cli_maps_each_error_to_one_paragraph_and_its_exit_code(monkeypatch,
     assert err.startswith("Traceback") and err.endswith(f"tuner: error: {error}\n")
 
 
+def _tuner_exception_classes() -> set[type]:
+    """Every exception class defined in the tuner package (each of its modules imported)."""
+    import importlib
+    import pkgutil
+
+    import tuner
+
+    for module in pkgutil.walk_packages(tuner.__path__, "tuner."):
+        importlib.import_module(module.name)
+    found, todo = set(), [BaseException]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.__module__.split(".")[0] == "tuner":
+                found.add(sub)
+    return found
+
+
+def _examples() -> dict[str, BaseException]:
+    """One instance of each of tuner's exception classes, built as its raise sites build it (every argument)."""
+    from tuner.spec.yaml_positions import _YAMLIssue
+    from tuner.trainable import OutOfMemoryBackoffError, TrialTimeoutError
+    from tuner.trial import NonFiniteMetricError
+
+    issue = SpecIssue("num_samples", "must be greater than or equal to 1, but got 0 (int).", 5, 14, "--set x=1")
+    made = [
+        TunerError("a tuner error"),
+        InputError("options exclude each other", "--resume-errored"),
+        SpecError([issue, SpecIssue("", "the spec is empty")], "s.yaml"),
+        StorageError("cannot list s3://bucket/runs/x: no route", "--storage s3://bucket/runs"),
+        ExperimentError("/runs/x is not a tuner experiment folder", "/runs/x"),
+        ExperimentLocked("the experiment folder /runs/x is in use by pid 7"),
+        ClusterError("cannot reach the Ray cluster at 10.0.0.1:6379", "s.yaml"),
+        ReportError("/runs/x does not exist", "/runs/x"),
+        TrialError("the first trial failed", trial_id="t_00000", path="/runs/x/t_00000", traceback="Traceback ..."),
+        DiskFullError("/runs/x/t/checkpoint_000001", "/runs/x", storage="/runs", quota=True,
+                      what="a checkpoint of trial t into ", resumable=False),
+        _YAMLIssue(issue),
+        OutOfMemoryBackoffError("batch_size 1 cannot be halved"),
+        TrialTimeoutError("the trial ran longer than trial_timeout_s"),
+        NonFiniteMetricError("loss is nan"),
+    ]
+    return {f"{type(e).__module__}.{type(e).__qualname__}": e for e in made}
+
+
+def test_every_tuner_exception_survives_pickling():
+    """Ray carries errors between processes by pickling them: each of tuner's exception classes (found by
+    walking the package, so a new one needs an example here) comes back with its type, message, args and
+    attributes, through pickle's protocols and Ray's cloudpickle (DiskFullError's constructor needs two
+    arguments and failed; SpecError's rebuilt its issues from the message's characters)."""
+    import pickle
+
+    from ray import cloudpickle
+
+    examples = _examples()
+    assert {f"{c.__module__}.{c.__qualname__}" for c in _tuner_exception_classes()} == set(examples)
+    for name, error in examples.items():
+        for dumps, loads in [*((lambda e, p=p: pickle.dumps(e, protocol=p), pickle.loads)
+                               for p in range(2, pickle.HIGHEST_PROTOCOL + 1)),
+                             (cloudpickle.dumps, cloudpickle.loads)]:
+            back = loads(dumps(error))
+            assert type(back) is type(error), name
+            assert (str(back), back.args, vars(back)) == (str(error), error.args, vars(error)), name
+            if isinstance(error, TunerError):
+                assert back.exit_code == error.exit_code
+
+
 def test_an_unexpected_error_exits_1_and_names_its_type(monkeypatch, capsys):
     def fail(*args, **kwargs):
         raise RuntimeError("boom")
