@@ -165,9 +165,9 @@ resources: {cpu: 1}
 """
 
 
-def _refused(run_cli, ray_tmp, *args):
+def _refused(run_cli, ray_tmp, *args, env=None):
     """`tuner ARGS` refused with exit 2 and one paragraph, before any Ray started."""
-    proc = run_cli(*args, timeout=120, env={"RAY_TMPDIR": str(ray_tmp)})
+    proc = run_cli(*args, timeout=120, env={"RAY_TMPDIR": str(ray_tmp), **(env or {})})
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not any(ray_tmp.iterdir()), "Ray started"
@@ -188,11 +188,23 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     with socket.socket() as sock:  # a port where nothing listens
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    exp = tmp_path / "runs" / "locked"  # an experiment to resume (its state is read before the address)
+    exp.mkdir(parents=True)
+    (exp / "spec.yaml").write_text(SPEC)
+    (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
+    (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     before = sorted(tmp_path.rglob("*"))
     for command in ("validate", "run"):
         assert _refused(run_cli, ray_tmp, command, spec, "--address", f"127.0.0.1:{port}") == (
             f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection "
             "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
+    # The same from RAY_ADDRESS, and for a resume.
+    assert _refused(run_cli, ray_tmp, "run", spec, env={"RAY_ADDRESS": f"127.0.0.1:{port}"}) == (
+        f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from RAY_ADDRESS): connection "
+        "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
+    assert _refused(run_cli, ray_tmp, "resume", exp, "--address", f"127.0.0.1:{port}").endswith(
+        f": cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection refused. Start it with "
+        "`ray start --head`, or give the address that `ray start` printed.\n")
     assert sorted(tmp_path.rglob("*")) == before, "nothing is written"
     # ClusterError: the Jobs API wants the dashboard's URL (`jobs logs --follow` exited 1 with "SpecError: ..." once).
     for command in (["jobs", "status", "j1"], ["jobs", "logs", "j1", "--follow"]):
@@ -205,6 +217,43 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     # ExperimentError: not an experiment folder.
     assert _refused(run_cli, ray_tmp, "resume", spec.parent).startswith(
         f"tuner: error: {tmp_path}: {tmp_path} is not a tuner experiment folder (no tuner_run.json and spec.yaml)")
+
+
+def test_an_address_where_no_ray_head_answers_fails_after_one_try(tmp_path, run_cli):
+    """Something listens at the address but is no Ray head (here a socket that never answers): Ray's own
+    connect would try 20 times, about 40 s each by default; tuner gives it one try (Ray's
+    RAY_gcs_server_port_wait_time_s), then refuses the command with one paragraph naming the address
+    (after Ray's own warning lines), exit 2, and no experiment folder. The tries are counted by the
+    connections the listener accepts, not timed. The user's Ray settings shorten each try here
+    (RAY_py_gcs_connect_timeout_s, RAY_gcs_rpc_server_connect_timeout_s)."""
+    import threading
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    quick = {"RAY_py_gcs_connect_timeout_s": "2", "RAY_gcs_rpc_server_connect_timeout_s": "1"}
+    with socket.socket() as sock:  # on every interface: Ray dials the node's own address for 127.0.0.1
+        sock.bind(("0.0.0.0", 0))
+        sock.listen(16)
+        port = sock.getsockname()[1]
+        accepted: list = []
+        threading.Thread(target=lambda: [accepted.append(sock.accept()) for _ in iter(int, 1)], daemon=True).start()
+        seen = 0
+        for command in ("validate", "run"):
+            proc = run_cli(command, spec, "--address", f"127.0.0.1:{port}", "--storage", tmp_path / "runs",
+                           timeout=600, env=quick)
+            assert proc.returncode == 2, proc.stderr[-3000:]
+            assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+            tries, seen = len(accepted) - seen, len(accepted)
+            # Each of Ray's tries opens connections of its own (4 here): 20 tries would open 20 at least.
+            assert 1 < tries < 20, f"{tries} connections: Ray tried more than once"
+            last = proc.stderr.splitlines()[-1]
+            assert last.startswith(f"tuner: error: cannot connect to the Ray cluster at 127.0.0.1:{port}: Failed to "
+                                   "connect to Ray cluster at "), proc.stderr[-3000:]
+            assert last.endswith(", though something listens there. Give the address that `ray start --head` "
+                                 "printed (the head's GCS port, 6379 by default; not the dashboard's 8265), and "
+                                 "check that this machine runs the cluster's Ray version."), last
+    assert accepted, "the command reached the listener"
+    assert not (tmp_path / "runs").exists(), "no experiment folder"
 
 
 def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path, run_cli):
