@@ -602,6 +602,11 @@ INTERNALS = [
              _called(lambda cls: cls(tracking_uri="file:/tmp/x"), attrs("tracking_uri"))),
     # the Ray process, the cluster and its jobs
     Internal("ray._private.worker._global_node", "tuner/reporting.py: WandbCallback", via="ray_started_here"),
+    Internal("ray._private.worker._global_node", "tuner/failures.py: drop_stale_staging (no node: Ray Client)",
+             via="experiment_staging_path"),
+    Internal("ray.train.constants._get_ray_train_session_dir", "tuner/failures.py: drop_stale_staging (the staging "
+             "folder is in this Ray node's session folder)",
+             source_has("ray._private.worker._global_node.get_session_dir_path()"), via="experiment_staging_path"),
     Internal("ray._private.accelerators.NvidiaGPUAcceleratorManager.get_current_node_num_accelerators",
              "tuner/resources.py: _nvidia_gpus", params(), via="nvidia_gpu_count"),
     Internal("ray._raylet.Config.initialize", "tuner/cluster.py: use_token_if_available (refresh the auth mode)",

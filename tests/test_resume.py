@@ -354,6 +354,39 @@ reporting: {{cli: false}}
 """
 
 
+def check_fall_back_on_copies(exp, trial_folder, copies):
+    """tuner.failures.fall_back_to_existing_checkpoints on copies of an experiment whose errored trial has the
+    checkpoints of epochs 0 and 1 (the state names epoch 1's), no Ray: a checkpoint on disk that the state
+    does not record but a line of result.json names is taken, with that line's iteration; with none left,
+    the trial starts over; with the named one there, nothing changes."""
+    from tuner.failures import fall_back_to_existing_checkpoints
+    from tuner.ray_internals import SavedCheckpoints, saved_trial_entries
+    from tuner.state import read_state
+
+    def latest(copy):
+        state = read_state(copy)
+        return {json.loads(e[0])["relative_logdir"]: SavedCheckpoints(e).latest for e in saved_trial_entries(state.data)}
+
+    untouched = shutil.copytree(exp, copies / "untouched" / exp.name, symlinks=True)
+    assert fall_back_to_existing_checkpoints(untouched) == [] and latest(untouched)[trial_folder] == "checkpoint_000001"
+    # As if Ray had saved checkpoint 2 (and deleted 1) after its last state save:
+    newer = shutil.copytree(exp, copies / "newer" / exp.name, symlinks=True)
+    shutil.rmtree(newer / trial_folder / "checkpoint_000001")
+    shutil.copytree(newer / trial_folder / "checkpoint_000000", newer / trial_folder / "checkpoint_000002")
+    with open(newer / trial_folder / "result.json", "a") as f:
+        f.write(json.dumps({"loss": 1.0, "training_iteration": 7, "checkpoint_dir_name": "checkpoint_000002"}) + "\n")
+    [note] = fall_back_to_existing_checkpoints(newer)
+    assert note.endswith("is gone; it goes on from checkpoint_000002 (iteration 7), its newest checkpoint that exists.")
+    assert latest(newer)[trial_folder] == "checkpoint_000002"
+    none = shutil.copytree(exp, copies / "none" / exp.name, symlinks=True)
+    for folder in (none / trial_folder).glob("checkpoint_*"):
+        shutil.rmtree(folder)
+    [note] = fall_back_to_existing_checkpoints(none)
+    assert note.endswith("which the experiment state names, is gone, and no other checkpoint of it is left, so it "
+                         "starts over.")
+    assert latest(none)[trial_folder] is None
+
+
 @pytest.mark.slow
 def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(ray_local, tmp_path, run_cli):
     """The trial with x = 0.9 errors at epoch 2 in the run (in-process, on the session's Ray). The
@@ -391,6 +424,7 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
     errored = rows(0.9)[0]["folder"]
     named = errored / "checkpoint_000001"
     assert json.loads((named / "state.json").read_text())["epoch"] == 1
+    check_fall_back_on_copies(exp, errored.name, tmp_path / "copies")
     shutil.rmtree(named)
 
     again = run_cli("resume", exp, "--resume-errored", "--num-cpus", "2")

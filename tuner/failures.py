@@ -515,7 +515,10 @@ def drop_stale_staging(experiment_path: str | os.PathLike) -> None:
     state = read_state(experiment_path)
     if state is None:
         return
-    staging = experiment_staging_path(state.data, Path(experiment_path).name)
+    try:
+        staging = experiment_staging_path(state.data, Path(experiment_path).name)
+    except Exception:  # noqa: BLE001 - a state this Ray cannot read: the restore itself will say so
+        return
     if staging is not None and os.path.isdir(staging):
         shutil.rmtree(staging, ignore_errors=True)
 

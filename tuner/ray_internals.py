@@ -529,14 +529,16 @@ def experiment_staging_path(state: dict, experiment_name: str) -> str | None:
         experiment_name: The experiment folder's name.
 
     Returns:
-        The folder, or None when the state holds no trial.
+        The folder, or None when the state holds no trial, or this process has no Ray node of its
+        own (a Ray Client connection, ``ray://``: its Tune run stages on the cluster).
     """
     import copy
 
+    import ray._private.worker as worker
     from ray.tune.utils.serialization import _loads_with_cloudpickle
 
     trial_data = saved_trial_entries(state)
-    if not trial_data:
+    if not trial_data or getattr(worker, "_global_node", None) is None:
         return None
     storage = copy.copy(_loads_with_cloudpickle(trial_data[0][0])["storage"])
     storage.experiment_dir_name = experiment_name  # as the restore sets it (the folder may have moved)
