@@ -425,11 +425,18 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path, run_cli, make_spec):
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2",
                              "--storage", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    from tuner.state import read_state
+
     exp = tmp_path / "runs" / "toy"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(exp.glob("*/progress.csv")):
-        time.sleep(0.5)
-    time.sleep(2)
+
+    def going() -> bool:  # a trial has reported, and Ray's saved state holds all 4 trials
+        state = read_state(exp) if list(exp.glob("*/progress.csv")) else None
+        return state is not None and len(state.trials) == 4
+
+    deadline = time.monotonic() + 600  # generous: the gate is the run's own files, not a time
+    while not going():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run did not get going"
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

@@ -88,6 +88,32 @@ def test_ddp_trials_resume_a_worker_crash_on_all_ranks_and_asha_releases_their_w
                 if a["name"] == "AutoscalingCoordinator"]
 
 
+@pytest.mark.slow
+def test_a_ddp_trial_continued_by_tuner_resume_keeps_its_earlier_results(ray_local, tmp_path, make_spec, run_cli):
+    """A DDP trial's checkpoints are Ray Train's, so Tune holds none for it. Its worker crashes after the
+    epoch 1 report with no retry left: the trial errors (the run in-process). `tuner resume
+    --resume-errored`, in a Ray of its own, continues its Train run from the checkpoint of epoch 1, and
+    the trial's result.json and progress.csv keep epochs 0 and 1 before epoch 2: Ray copies a resumed
+    trial's results back from the experiment folder only when the trial has a Tune checkpoint, and the
+    resume's empty copy replaced them."""
+    marker = tmp_path / "crashed-once"
+    result = tune_model(make_spec(DDP, name="ddp-resume", param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 1,
+                                                                        "fail_marker": str(marker)}))
+    assert result.num_errors == 1 and marker.exists(), result.summary
+    exp = tmp_path / "ddp-resume"
+    folder = next(exp.glob("ddp_probe_*"))
+
+    def results() -> list[tuple[int, int]]:
+        return [(r["epoch"], r["start"]) for r in map(json.loads, (folder / "result.json").read_text().splitlines())]
+
+    assert results() == [(0, 0), (1, 0)]
+    proc = run_cli("resume", exp, "--resume-errored", "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert results() == [(0, 0), (1, 0), (2, 2)], "the earlier results kept; the Train run went on after epoch 1"
+    progress = pd.read_csv(folder / "progress.csv")
+    assert list(zip(progress["epoch"], progress["start"])) == [(0, 0), (1, 0), (2, 2)]
+
+
 def test_ddp_plan(tmp_path, run_cli):
     (tmp_path / "s.yaml").write_text(
         "trainable: tests.trainables:ddp_probe\nresources: {workers: 2, cpu_per_worker: 1}\n")
@@ -124,9 +150,16 @@ reporting: {{cli: false}}
         "two 0.5-GPU trials on each GPU at once, never more"
 
 
+def seeds_seen(result) -> list[tuple[int, int]]:
+    """(batch size, seed) of each result the experiment's one trial reported, from its result.json."""
+    folder = next(Path(result.experiment_path).glob("*/result.json"))
+    return [(r["batch_size_seen"], r["seed_seen"]) for r in map(json.loads, folder.read_text().splitlines())]
+
+
 @pytest.mark.parametrize("fits,expect_error", [(16, False), (4, True)])
 def test_oom_backoff_single_process(ray_local, make_spec, fits, expect_error):
-    result = tune_model(make_spec(DDP, trainable="tests.trainables:oom_until_small",
+    """The batch is halved until it fits; the trial keeps its seed through the back-off."""
+    result = tune_model(make_spec(DDP, trainable="tests.trainables:oom_until_small", seed=5,
                                   resources={"cpu": 1}, param_space={"batch_size": 64, "fits": fits},
                                   oom_backoff="batch_size", min_batch_size=8))
     df = result.dataframe
@@ -134,6 +167,8 @@ def test_oom_backoff_single_process(ray_local, make_spec, fits, expect_error):
         assert df.loc[0, "status"] == "TERMINATED"
         assert df.loc[0, "batch_size_used"] == 16 and df.loc[0, "batch_size_seen"] == 16
         assert df.loc[0, "training_iteration"] == 4 and df.loc[0, "epoch"] == 3, "resumed at epoch 2, not 0"
+        seed = int(pd.read_csv(Path(result.experiment_path) / "results.csv")["trial_seed"][0])
+        assert seeds_seen(result) == [(64, seed), (64, seed), (16, seed), (16, seed)], "the same seed after it"
     else:
         assert df.loc[0, "status"] == "ERROR"
         assert result.summary["errors"][0]["error"] == (
@@ -156,12 +191,14 @@ def test_mnist_ddp_spec_runs(ray_local, tmp_path):
 
 @pytest.mark.slow
 def test_oom_backoff_ddp_restarts_the_worker_group(ray_local, make_spec):
-    result = tune_model(make_spec(DDP, trainable="tests.trainables:ddp_oom_until_small",
+    result = tune_model(make_spec(DDP, trainable="tests.trainables:ddp_oom_until_small", seed=5,
                                   param_space={"batch_size": 32, "fits": 16}, oom_backoff="batch_size"))
     m = result.best_metrics
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
     assert m["batch_size_used"] == 16 and m["batch_size_seen"] == 16
     assert m["epoch"] == 2 and m["start"] == 1, "the group resumed from the checkpoint of epoch 0"
+    seed = int(pd.read_csv(Path(result.experiment_path) / "results.csv")["trial_seed"][0])
+    assert seeds_seen(result) == [(32, seed), (16, seed), (16, seed)], "the new worker group has the trial's seed"
 
 
 def test_no_gpu_metrics_on_cpu():

@@ -75,6 +75,73 @@ def test_the_cli_maps_each_error_to_one_paragraph_and_its_exit_code(monkeypatch,
     assert err.startswith("Traceback") and err.endswith(f"tuner: error: {error}\n")
 
 
+def _tuner_exception_classes() -> set[type]:
+    """Every exception class defined in the tuner package (each of its modules imported)."""
+    import importlib
+    import pkgutil
+
+    import tuner
+
+    for module in pkgutil.walk_packages(tuner.__path__, "tuner."):
+        importlib.import_module(module.name)
+    found, todo = set(), [BaseException]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.__module__.split(".")[0] == "tuner":
+                found.add(sub)
+    return found
+
+
+def _examples() -> dict[str, BaseException]:
+    """One instance of each of tuner's exception classes, built as its raise sites build it (every argument)."""
+    from tuner.spec.yaml_positions import _YAMLIssue
+    from tuner.trainable import OutOfMemoryBackoffError, TrialTimeoutError
+    from tuner.trial import NonFiniteMetricError
+
+    issue = SpecIssue("num_samples", "must be greater than or equal to 1, but got 0 (int).", 5, 14, "--set x=1")
+    made = [
+        TunerError("a tuner error"),
+        InputError("options exclude each other", "--resume-errored"),
+        SpecError([issue, SpecIssue("", "the spec is empty")], "s.yaml"),
+        StorageError("cannot list s3://bucket/runs/x: no route", "--storage s3://bucket/runs"),
+        ExperimentError("/runs/x is not a tuner experiment folder", "/runs/x"),
+        ExperimentLocked("the experiment folder /runs/x is in use by pid 7"),
+        ClusterError("cannot reach the Ray cluster at 10.0.0.1:6379", "s.yaml"),
+        ReportError("/runs/x does not exist", "/runs/x"),
+        TrialError("the first trial failed", trial_id="t_00000", path="/runs/x/t_00000", traceback="Traceback ..."),
+        DiskFullError("/runs/x/t/checkpoint_000001", "/runs/x", storage="/runs", quota=True,
+                      what="a checkpoint of trial t into ", resumable=False),
+        _YAMLIssue(issue),
+        OutOfMemoryBackoffError("batch_size 1 cannot be halved"),
+        TrialTimeoutError("the trial ran longer than trial_timeout_s"),
+        NonFiniteMetricError("loss is nan"),
+    ]
+    return {f"{type(e).__module__}.{type(e).__qualname__}": e for e in made}
+
+
+def test_every_tuner_exception_survives_pickling():
+    """Ray carries errors between processes by pickling them: each of tuner's exception classes (found by
+    walking the package, so a new one needs an example here) comes back with its type, message, args and
+    attributes, through pickle's protocols and Ray's cloudpickle (DiskFullError's constructor needs two
+    arguments and failed; SpecError's rebuilt its issues from the message's characters)."""
+    import pickle
+
+    from ray import cloudpickle
+
+    examples = _examples()
+    assert {f"{c.__module__}.{c.__qualname__}" for c in _tuner_exception_classes()} == set(examples)
+    for name, error in examples.items():
+        for dumps, loads in [*((lambda e, p=p: pickle.dumps(e, protocol=p), pickle.loads)
+                               for p in range(2, pickle.HIGHEST_PROTOCOL + 1)),
+                             (cloudpickle.dumps, cloudpickle.loads)]:
+            back = loads(dumps(error))
+            assert type(back) is type(error), name
+            assert (str(back), back.args, vars(back)) == (str(error), error.args, vars(error)), name
+            if isinstance(error, TunerError):
+                assert back.exit_code == error.exit_code
+
+
 def test_an_unexpected_error_exits_1_and_names_its_type(monkeypatch, capsys):
     def fail(*args, **kwargs):
         raise RuntimeError("boom")
@@ -98,9 +165,9 @@ resources: {cpu: 1}
 """
 
 
-def _refused(run_cli, ray_tmp, *args):
+def _refused(run_cli, ray_tmp, *args, env=None):
     """`tuner ARGS` refused with exit 2 and one paragraph, before any Ray started."""
-    proc = run_cli(*args, timeout=120, env={"RAY_TMPDIR": str(ray_tmp)})
+    proc = run_cli(*args, timeout=120, env={"RAY_TMPDIR": str(ray_tmp), **(env or {})})
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not any(ray_tmp.iterdir()), "Ray started"
@@ -121,11 +188,23 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     with socket.socket() as sock:  # a port where nothing listens
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    exp = tmp_path / "runs" / "locked"  # an experiment to resume (its state is read before the address)
+    exp.mkdir(parents=True)
+    (exp / "spec.yaml").write_text(SPEC)
+    (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
+    (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     before = sorted(tmp_path.rglob("*"))
     for command in ("validate", "run"):
         assert _refused(run_cli, ray_tmp, command, spec, "--address", f"127.0.0.1:{port}") == (
             f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection "
             "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
+    # The same from RAY_ADDRESS, and for a resume.
+    assert _refused(run_cli, ray_tmp, "run", spec, env={"RAY_ADDRESS": f"127.0.0.1:{port}"}) == (
+        f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from RAY_ADDRESS): connection "
+        "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
+    assert _refused(run_cli, ray_tmp, "resume", exp, "--address", f"127.0.0.1:{port}").endswith(
+        f": cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection refused. Start it with "
+        "`ray start --head`, or give the address that `ray start` printed.\n")
     assert sorted(tmp_path.rglob("*")) == before, "nothing is written"
     # ClusterError: the Jobs API wants the dashboard's URL (`jobs logs --follow` exited 1 with "SpecError: ..." once).
     for command in (["jobs", "status", "j1"], ["jobs", "logs", "j1", "--follow"]):
@@ -138,6 +217,43 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     # ExperimentError: not an experiment folder.
     assert _refused(run_cli, ray_tmp, "resume", spec.parent).startswith(
         f"tuner: error: {tmp_path}: {tmp_path} is not a tuner experiment folder (no tuner_run.json and spec.yaml)")
+
+
+def test_an_address_where_no_ray_head_answers_fails_after_one_try(tmp_path, run_cli):
+    """Something listens at the address but is no Ray head (here a socket that never answers): Ray's own
+    connect would try 20 times, about 40 s each by default; tuner gives it one try (Ray's
+    RAY_gcs_server_port_wait_time_s), then refuses the command with one paragraph naming the address
+    (after Ray's own warning lines), exit 2, and no experiment folder. The tries are counted by the
+    connections the listener accepts, not timed. The user's Ray settings shorten each try here
+    (RAY_py_gcs_connect_timeout_s, RAY_gcs_rpc_server_connect_timeout_s)."""
+    import threading
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    quick = {"RAY_py_gcs_connect_timeout_s": "2", "RAY_gcs_rpc_server_connect_timeout_s": "1"}
+    with socket.socket() as sock:  # on every interface: Ray dials the node's own address for 127.0.0.1
+        sock.bind(("0.0.0.0", 0))
+        sock.listen(16)
+        port = sock.getsockname()[1]
+        accepted: list = []
+        threading.Thread(target=lambda: [accepted.append(sock.accept()) for _ in iter(int, 1)], daemon=True).start()
+        seen = 0
+        for command in ("validate", "run"):
+            proc = run_cli(command, spec, "--address", f"127.0.0.1:{port}", "--storage", tmp_path / "runs",
+                           timeout=600, env=quick)
+            assert proc.returncode == 2, proc.stderr[-3000:]
+            assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+            tries, seen = len(accepted) - seen, len(accepted)
+            # Each of Ray's tries opens connections of its own (4 here): 20 tries would open 20 at least.
+            assert 1 < tries < 20, f"{tries} connections: Ray tried more than once"
+            last = proc.stderr.splitlines()[-1]
+            assert last.startswith(f"tuner: error: cannot connect to the Ray cluster at 127.0.0.1:{port}: Failed to "
+                                   "connect to Ray cluster at "), proc.stderr[-3000:]
+            assert last.endswith(", though something listens there. Give the address that `ray start --head` "
+                                 "printed (the head's GCS port, 6379 by default; not the dashboard's 8265), and "
+                                 "check that this machine runs the cluster's Ray version."), last
+    assert accepted, "the command reached the listener"
+    assert not (tmp_path / "runs").exists(), "no experiment folder"
 
 
 def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path, run_cli):

@@ -8,6 +8,7 @@ The tests that resume a run are marked slow (`-m "not slow"` skips them, as the 
 the refusals, which start no run of their own or refuse before Ray starts, stay in the fast subset."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,8 +46,9 @@ def lines_of_progress(exp):
     return sum(max(0, len(p.read_text().splitlines()) - 1) for p in exp.glob("*/progress.csv"))
 
 
-def wait_for_progress(exp, min_lines, timeout=120):
-    """Wait until the trials' progress.csv files hold at least min_lines results in all."""
+def wait_for_progress(exp, min_lines, timeout=600):
+    """Wait until the trials' progress.csv files hold at least min_lines results in all (a gate on what the
+    run writes; the timeout is generous, no measure of speed)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         lines = lines_of_progress(exp)
@@ -75,7 +77,7 @@ def test_sigkill_the_driver_repeatedly_then_resume_while_the_lock_refuses_others
     exp = tmp_path / "runs" / "steady"
     proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # generous: the gate is the run's files
         while not (lines_of_progress(exp) >= 4 and list(exp.glob("experiment_state-*.json"))):
             assert time.monotonic() < deadline and proc.poll() is None, "the run did not get going"
             time.sleep(0.3)
@@ -86,14 +88,12 @@ def test_sigkill_the_driver_repeatedly_then_resume_while_the_lock_refuses_others
         assert {name: (exp / name).read_bytes() for name in before} == before, "the refused resume changed nothing"
         assert proc.poll() is None, "the run goes on"
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        time.sleep(1)
+        proc.wait(timeout=30)  # the driver writes progress.csv: nothing more comes once it is dead
         killed_at = lines_of_progress(exp)
         proc = start("resume", exp, "--num-cpus", "2")
         wait_for_progress(exp, killed_at + 8)  # the resumed driver has trained on
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        time.sleep(1)
         assert lines_of_progress(exp) < 6 * 6, "killed with work left"
     finally:
         proc.kill()
@@ -301,10 +301,11 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     body = SPEC + f"search: {{algorithm: {search}}}\nscheduler: {{type: {scheduler}, max_t: 6}}\n"
     if search == "bohb":
         # 3 epochs, max_t 6 all the same: Hyperband's rungs are those of max_t, so the interrupt finds
-        # the same trials PAUSED at the rung of 2 as with 6 epochs, but each needs 1 more epoch, not 4:
-        # the resumed (bracketless) Hyperband unpauses them one result at a time, each in a new process
-        # (38 CPU-s for the resume with 6 epochs, 18 with 3). Epochs of 1.5 s (sleeping costs no CPU):
-        # a trial unpaused before the interrupt lands takes about as long as its 4 epochs of 0.4 s did.
+        # the same trials PAUSED at the rung of 2 as with 6 epochs, but each needs 1 more epoch, not 4,
+        # after the resume. The resumed Hyperband has its brackets back (tuner's saved scheduler state,
+        # tuner/scheduler_state.py) and unpauses each paused trial, in a new process, when its bracket
+        # lets it go on. Epochs of 1.5 s (sleeping costs no CPU): a trial unpaused before the interrupt
+        # lands takes about as long as its 4 epochs of 0.4 s did.
         body = body.replace("epochs: 6", "epochs: 3").replace("sleep: 0.4", "sleep: 1.5")
     spec = tmp_path / "s.yaml"
     spec.write_text(body)
@@ -312,7 +313,7 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
     # After BOHB's first bracket is processed, with trials PAUSED at a rung: Ray 2.60's TuneBOHB
     # may have forgotten one of them (the resume failed with a KeyError in TuneBOHB.to_wrapper),
-    # and the resumed Hyperband, whose brackets Ray does not save, unpaused none (it hung).
+    # and a resumed Hyperband with new brackets (Ray does not save them; tuner does) unpaused none (it hung).
     wait_for_progress(exp, 10)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
@@ -328,6 +329,7 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     done = run_cli("resume", exp, "--num-cpus", "2", timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", "a resumed (unpickled) BOHB searcher is as quiet as a new one"
+    assert "starts afresh" not in done.stdout, "the resumed scheduler has its saved state (Hyperband: its brackets)"
     df = pd.read_csv(exp / "results.csv")
     assert len(df) == 6 and df["trial_id"].is_unique
     assert set(df["status"]) == {"TERMINATED"}
@@ -341,6 +343,7 @@ name: errs
 trainable: tests.trainables:fails_per_attempt
 metric: loss
 mode: min
+seed: 0
 param_space:
   x: {{type: grid, values: [0.2, 0.9]}}
   epochs: 5
@@ -351,24 +354,65 @@ reporting: {{cli: false}}
 """
 
 
+def check_fall_back_on_copies(exp, trial_folder, copies):
+    """tuner.failures.fall_back_to_existing_checkpoints on copies of an experiment whose errored trial has the
+    checkpoints of epochs 0 and 1 (the state names epoch 1's), no Ray: a checkpoint on disk that the state
+    does not record but a line of result.json names is taken, with that line's iteration; with none left,
+    the trial starts over; with the named one there, nothing changes."""
+    from tuner.failures import fall_back_to_existing_checkpoints
+    from tuner.ray_internals import SavedCheckpoints, saved_trial_entries
+    from tuner.state import read_state
+
+    def latest(copy):
+        state = read_state(copy)
+        return {json.loads(e[0])["relative_logdir"]: SavedCheckpoints(e).latest for e in saved_trial_entries(state.data)}
+
+    untouched = shutil.copytree(exp, copies / "untouched" / exp.name, symlinks=True)
+    assert fall_back_to_existing_checkpoints(untouched) == [] and latest(untouched)[trial_folder] == "checkpoint_000001"
+    # As if Ray had saved checkpoint 2 (and deleted 1) after its last state save:
+    newer = shutil.copytree(exp, copies / "newer" / exp.name, symlinks=True)
+    shutil.rmtree(newer / trial_folder / "checkpoint_000001")
+    shutil.copytree(newer / trial_folder / "checkpoint_000000", newer / trial_folder / "checkpoint_000002")
+    with open(newer / trial_folder / "result.json", "a") as f:
+        f.write(json.dumps({"loss": 1.0, "training_iteration": 7, "checkpoint_dir_name": "checkpoint_000002"}) + "\n")
+    [note] = fall_back_to_existing_checkpoints(newer)
+    assert note.endswith("is gone; it goes on from checkpoint_000002 (iteration 7), its newest checkpoint that exists.")
+    assert latest(newer)[trial_folder] == "checkpoint_000002"
+    none = shutil.copytree(exp, copies / "none" / exp.name, symlinks=True)
+    for folder in (none / trial_folder).glob("checkpoint_*"):
+        shutil.rmtree(folder)
+    [note] = fall_back_to_existing_checkpoints(none)
+    assert note.endswith("which the experiment state names, is gone, and no other checkpoint of it is left, so it "
+                         "starts over.")
+    assert latest(none)[trial_folder] is None
+
+
 @pytest.mark.slow
 def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(ray_local, tmp_path, run_cli):
-    """The trial with x = 0.9 errors at epoch 2 in the run; resume_errored continues it from its
-    checkpoint (it starts at epoch 2, then errors at epoch 3); `tuner resume --restart-errored` starts it
-    over at epoch 0 and it ends (exit 0). The trial that ended well never runs again. The run and the
-    first resume are in-process (`tuner run`'s exit 1 for errored trials is test_cli's): in that order
-    only, as an in-process resume after another Ray session's resume synced the in-process run's stale
-    copy of the errored trial's result.json over the newer one."""
+    """The trial with x = 0.9 errors at epoch 2 in the run (in-process, on the session's Ray). The
+    checkpoint of epoch 1, which the saved state names for it, is deleted (as when a driver is killed
+    after Ray deleted an old checkpoint and before it saved the state naming the new one): `tuner resume
+    --resume-errored` (its own Ray) says so and continues the trial from its newest checkpoint that
+    exists, epoch 0's (it starts at epoch 1, then errors at epoch 3); an in-process resume with
+    restart_errored, back in the first Ray session, starts it over at epoch 0 and it ends. The trial
+    that ended well never runs again, and no step loses another's results: the last step once copied
+    the first run's stale result.json of the errored trial over the one the middle resume wrote. The
+    trial keeps its seed through the resume and gets a new one, from the seed and its config, when it
+    starts over under a new id."""
+    from tuner.seeds import seed_of_trial
+
     spec = tmp_path / "errs.yaml"
     spec.write_text(ERRORS.format(fail_dir=tmp_path))
     exp = tmp_path / "runs" / "errs"
 
-    def attempts(x):  # (attempt, start epoch, epochs reported) of the trial with this x, from its results
-        rows = [json.loads(line) for d in exp.glob("fails_per_attempt_*")  # a restarted trial gets a new folder
+    def rows(x):  # every result of the trials with this x (a restarted trial gets a new folder)
+        return [{**json.loads(line), "folder": d} for d in exp.glob("fails_per_attempt_*")
                 if json.loads((d / "params.json").read_text())["x"] == x
                 for line in (d / "result.json").read_text().splitlines()]
+
+    def attempts(x):  # (attempt, start epoch, epochs reported) of the trial with this x, from its results
         out = {}
-        for r in sorted(rows, key=lambda r: r["attempt"]):
+        for r in sorted(rows(x), key=lambda r: r["attempt"]):
             out.setdefault((r["attempt"], r["start"]), []).append(r["epoch"])
         return [(a, s, e) for (a, s), e in out.items()]
 
@@ -377,17 +421,34 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
     assert attempts(0.9) == [(0, 0, [0, 1])]
     ok = attempts(0.2)
     assert ok == [(0, 0, [0, 1, 2, 3, 4])]
+    errored = rows(0.9)[0]["folder"]
+    named = errored / "checkpoint_000001"
+    assert json.loads((named / "state.json").read_text())["epoch"] == 1
+    check_fall_back_on_copies(exp, errored.name, tmp_path / "copies")
+    shutil.rmtree(named)
 
-    again = resume_in_process(exp, resume_errored=True)
-    assert again.num_errors == 1 and not again.interrupted and again.aborted is None, again.summary
-    assert attempts(0.9) == [(0, 0, [0, 1]), (1, 2, [2])], "continued from the checkpoint of epoch 1"
+    again = run_cli("resume", exp, "--resume-errored", "--num-cpus", "2")
+    assert again.returncode == 1, again.stderr  # the trial errors again, at epoch 3
+    trial_id = rows(0.9)[0]["trial_id"]
+    assert (f"tuner: note: trial {trial_id}: its checkpoint checkpoint_000001, which the experiment state names, "
+            "is gone; it goes on from checkpoint_000000 (iteration 1), its newest checkpoint that exists.\n"
+            ) in again.stdout
+    assert attempts(0.9) == [(0, 0, [0, 1]), (1, 1, [1, 2])], "continued from the checkpoint of epoch 0"
 
-    over = run_cli("resume", exp, "--restart-errored", "--num-cpus", "2")
-    assert over.returncode == 0, over.stderr
-    assert attempts(0.9) == [(0, 0, [0, 1]), (1, 2, [2]), (2, 0, [0, 1, 2, 3, 4])], "started over at epoch 0"
+    over = resume_in_process(exp, restart_errored=True)
+    assert over.num_errors == 0 and not over.interrupted and over.aborted is None, over.summary
+    assert attempts(0.9) == [(0, 0, [0, 1]), (1, 1, [1, 2]), (2, 0, [0, 1, 2, 3, 4])], "started over at epoch 0"
     assert attempts(0.2) == ok, "the finished trial was not rerun"
-    df = pd.read_csv(exp / "results.csv")
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert len(df) == 2 and set(df["status"]) == {"TERMINATED"} and (df["epoch"] == 4).all()
+    # Seeds: kept by the resume (the same trial id), new for the trial started over (a new id, no index).
+    seeds = {(r["trial_id"], r["seed_seen"]) for r in rows(0.9)}
+    restarted = next(r for r in rows(0.9) if r["attempt"] == 2)
+    config = json.loads((restarted["folder"] / "params.json").read_text())
+    assert seeds == {(trial_id, seed_of_trial(0, trial_id, config)),
+                     (restarted["trial_id"], seed_of_trial(0, restarted["trial_id"], config))}
+    assert restarted["trial_id"] != trial_id and len({s for _, s in seeds}) == 2
+    assert dict(zip(df["trial_id"], df["trial_seed"]))[restarted["trial_id"]] == restarted["seed_seen"]
     # Ray starts the errored trial over as a new trial: `tuner report`/`list` leave the old one out.
     listed = run_cli("list", tmp_path / "runs")
     assert listed.stdout.splitlines()[1].split()[:3] == ["errs", "finished", "2"], listed.stdout

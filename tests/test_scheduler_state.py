@@ -1,17 +1,19 @@
-"""The scheduler's state across SIGKILL and resume (tuner/scheduler_state.py).
+"""The scheduler's state across SIGKILL, Ctrl-C and resume (tuner/scheduler_state.py).
 
 Each test runs one experiment twice on deterministic trials (loss = x + 1/(epoch + 1), checkpointed
-every epoch): once uninterrupted, as the reference, and once with the driver SIGKILLed while one
-trial is held (tests.trainables:held_until_gate) after the scheduler has filled its rungs, then
-resumed. The resumed experiment must end as the reference did: every trial stopped at the same
-iteration, and (Hyperband, BOHB) every trial in the same bracket, the PAUSED ones included.
-Without the saved state a resumed ASHA or median rule starts with no history and lets the trials
-after the kill run to the end, and a resumed Hyperband puts every trial in new brackets.
+every epoch): once uninterrupted, as the reference (one per scheduler, shared by its tests), and once
+with the driver SIGKILLed (or sent SIGINT, Ctrl-C) while one trial is held
+(tests.trainables:held_until_gate) after the scheduler has filled its rungs, then resumed. The
+resumed experiment must end as the reference did: every trial stopped at the same iteration, and
+(Hyperband, BOHB) every trial in the same bracket, the PAUSED ones included. Without the saved state
+a resumed ASHA or median rule starts with no history and lets the trials after the kill run to the
+end, and a resumed Hyperband puts every trial in new brackets.
 
 The reference and the resume run in-process on the session's Ray (tune_model; prepare_resume and
 resume_prepared, as `tuner resume`); the killed run is a `tuner run` subprocess.
 """
 
+import json
 import signal
 import subprocess
 import sys
@@ -39,10 +41,6 @@ param_space:
 {search}scheduler: {scheduler}
 resources: {{cpu: 1}}
 reporting: {{cli: false, tensorboard: false}}
-# Every checkpoint kept: Ray deletes a trial's older checkpoints at once but saves the experiment state only
-# every few seconds, so a SIGKILL in between leaves a state that names a deleted checkpoint (seen 2 in 5
-# runs under load; that trial then errors on the resume). Not what these tests are about.
-checkpoint: {{num_to_keep: null}}
 """
 
 XS = "{type: grid, values: [0.5, 0.4, 0.3, 0.9, 0.8, 0.2, 0.95, 0.1]}"
@@ -127,28 +125,71 @@ def statuses(exp: Path) -> dict[str, str]:
     return {t["trial_id"]: t["status"] for t in state.trials} if state else {}
 
 
-def kill_while_held(spec: Path, exp: Path, gate: Path) -> dict[str, str]:
-    """`tuner run` until the held trial waits and Ray has saved the experiment state and the scheduler's
-    since it started, then SIGKILL. Returns the trials' statuses in the state the resume reads."""
+def held_trials(gate: Path) -> dict[str, int]:
+    """The held trials (tests.trainables._say_held): trial id -> the results it had reported when it stopped."""
+    held = Path(f"{gate}.held")
+    lines = held.read_text().splitlines() if held.exists() else []
+    return {trial_id: int(n) for trial_id, n in (line.split() for line in lines if len(line.split()) == 2)}
+
+
+def saved_iterations(exp: Path) -> dict[str, int]:
+    """Each trial's last training_iteration in the experiment state (0 before its first result)."""
+    from tuner.ray_internals import saved_trial_entries
+    from tuner.state import read_state
+
+    state = read_state(exp)
+    out = {}
+    for item in saved_trial_entries(state.data) if state else []:
+        trial, metadata = json.loads(item[0]), json.loads(item[1])
+        out[trial["trial_id"]] = int((metadata.get("last_result") or {}).get("training_iteration", 0))
+    return out
+
+
+def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL) -> dict[str, str]:
+    """`tuner run` until every running trial is held and Ray has saved that in the experiment state and the
+    scheduler's, then send ``sig`` (SIGKILL; SIGINT, Ctrl-C, must end it with exit 130). Returns the trials'
+    statuses in the state the resume reads.
+
+    The gate is what the run writes, with a generous timeout that asserts no speed: the held trials'
+    ids in ``<gate>.held``; the experiment state with them RUNNING after the results they reported, and
+    no other trial RUNNING; the scheduler's state knowing every trial, the held ones live, the others
+    PAUSED or TERMINATED as in the experiment state; then one more save of the scheduler's state, so
+    that both files are of the same quiet moment (they are saved together every 2 s)."""
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2", "--storage",
                              str(exp.parent)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def saved_while_held() -> bool:
-        """Both states saved since the held trial started (it is RUNNING in them, and stays so)."""
-        held = Path(f"{gate}.held")
-        state = saved_state(exp) if held.exists() else None
-        running = [t for t, s in statuses(exp).items() if s == "RUNNING"] if state else []
-        newest = sorted(exp.glob(CALLBACK_STATE_GLOB))[-1] if state else None
-        return bool(running) and newest.stat().st_mtime > held.stat().st_mtime + 0.2 and \
-            set(running) <= set(state["trials"])
+    def quiet_save() -> tuple | None:
+        """The newest scheduler-state file's (name, size, mtime) when the saved states show every running trial
+        held, else None."""
+        held = held_trials(gate)
+        state = saved_state(exp) if held else None
+        now = statuses(exp) if state else {}
+        if not now or {t for t, s in now.items() if s == "RUNNING"} != set(held):
+            return None
+        if any(saved_iterations(exp).get(t) != n for t, n in held.items()):
+            return None  # saved before the held trials' last results
+        settled = set(state["paused"]) | set(state["terminated"])
+        if not set(now) <= set(state["trials"]) or settled & set(held) or \
+                not {t for t, s in now.items() if s in ("PAUSED", "TERMINATED")} <= settled:
+            return None
+        newest = sorted(exp.glob(CALLBACK_STATE_GLOB))[-1].stat()
+        return newest.st_size, newest.st_mtime_ns
+
+    def wait(until, what: str):
+        deadline = time.monotonic() + 900  # generous: the run's own pace sets when the gate opens
+        while not until():
+            assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, f"the run did not reach {what}"
+            time.sleep(0.2)
 
     try:
-        deadline = time.monotonic() + 180
-        while not saved_while_held():
-            assert time.monotonic() < deadline and proc.poll() is None, "the run did not reach the hold"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        first: list = []
+        wait(lambda: first.append(quiet_save()) or first[-1] is not None, "the hold")
+        wait(lambda: quiet_save() not in (None, first[-1]), "a save during the hold")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+        if sig == signal.SIGINT:
+            assert proc.returncode == 130, err[-3000:]
     finally:
         proc.kill()
         proc.communicate()
@@ -164,6 +205,19 @@ def run_reference(tmp_path: Path, case: str) -> Path:
     return tmp_path / "runs" / "reference"
 
 
+@pytest.fixture(scope="module")
+def references(ray_local, tmp_path_factory):
+    """``reference(case)``: the uninterrupted run of a case, run once per module and worker."""
+    made: dict[str, Path] = {}
+
+    def reference(case: str) -> Path:
+        if case not in made:
+            made[case] = run_reference(tmp_path_factory.mktemp(f"reference-{case}"), case)
+        return made[case]
+
+    return reference
+
+
 def resume(exp: Path) -> None:
     from tuner.engine import prepare_resume, resume_prepared
 
@@ -171,16 +225,20 @@ def resume(exp: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["asha", "median", "hyperband", "bohb"])
-def test_scheduler_state_survives_sigkill_and_resume(ray_local, tmp_path, case):
-    """SIGKILL with one trial held after others filled the rungs (ASHA, median: one trial at a time, and
-    finished trials in the history; Hyperband, BOHB: trials PAUSED at a rung, waiting for the held one),
-    resume: every trial stops where the uninterrupted reference stopped it, and the paused trials go on in
-    their own bracket."""
-    reference = run_reference(tmp_path, case)
+@pytest.mark.parametrize("case,sig", [("asha", signal.SIGKILL), ("median", signal.SIGKILL),
+                                      ("hyperband", signal.SIGKILL), ("bohb", signal.SIGKILL),
+                                      ("hyperband", signal.SIGINT)],
+                         ids=["asha", "median", "hyperband", "bohb", "hyperband-ctrl-c"])
+def test_scheduler_state_survives_sigkill_and_resume(ray_local, references, tmp_path, case, sig):
+    """SIGKILL (or Ctrl-C) with one trial held after others filled the rungs (ASHA, median: one trial at a
+    time, and finished trials in the history; Hyperband, BOHB: trials PAUSED at a rung, waiting for the held
+    one), resume: every trial stops where the uninterrupted reference stopped it, and the paused trials go
+    on in their own bracket. Each trial keeps checkpoint.num_to_keep's default (2): a trial whose saved
+    checkpoint Ray deleted before the kill would go on from its newest one (test_resume's errored trial)."""
+    reference = references(case)
     gate = tmp_path / "gate"
     exp = tmp_path / "runs" / "killed"
-    before = kill_while_held(write_spec(tmp_path, case, "killed", gate), exp, gate)
+    before = kill_while_held(write_spec(tmp_path, case, "killed", gate), exp, gate, sig)
     if case in ("hyperband", "bohb"):
         assert "PAUSED" in before.values(), f"killed with trials PAUSED at a rung: {before}"
         paused_brackets = [b for b in brackets_by_id(exp) if b & {t for t, s in before.items() if s == "PAUSED"}]

@@ -97,8 +97,8 @@ def test_the_same_seed_gives_the_same_metrics_for_every_trial(ray_local, tmp_pat
     """The same spec with seed 7 and seed_trials run twice, through the CLI and through tune_model in
     the session's Ray (other processes, trials in another order, on reused actors): each trial (by
     its creation index) reports the same draws from random, numpy and torch both times; the draws
-    are those of the trial's own seed, trial_seed(7, index), which results.csv records, and differ
-    from trial to trial."""
+    are those of the trial's own seed, trial_seed(7, index), which results.csv records (in the column
+    after status), and differ from trial to trial."""
     from tuner import tune_model
 
     (tmp_path / "first.yaml").write_text(SEEDED.format(name="first"))
@@ -106,6 +106,8 @@ def test_the_same_seed_gives_the_same_metrics_for_every_trial(ray_local, tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     (tmp_path / "second.yaml").write_text(SEEDED.format(name="second"))
     tune_model(tmp_path / "second.yaml", storage=str(tmp_path / "runs"))
+    header = list(pd.read_csv(tmp_path / "runs" / "first" / "results.csv").columns)
+    assert header[:4] == ["trial_id", "status", "trial_seed", "config/x"], "trial_seed comes after status"
     first, second = (_by_index(tmp_path / "runs" / name) for name in ("first", "second"))
     assert list(first.index) == [0, 1, 2]
     columns = ["config/x", "trial_seed", "seed_seen", "rank_seed_seen", "py", "np", "torch", "loss"]

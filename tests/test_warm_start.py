@@ -170,13 +170,17 @@ def _restored(experiment: Path, cls):
     from tuner import ray_internals
 
     searcher = cls()
-    searcher.restore(glob.glob(str(experiment / SEARCHER_STATE.format("*")))[0])
+    searcher.restore(sorted(glob.glob(str(experiment / SEARCHER_STATE.format("*"))))[-1])  # the newest session's
     return searcher, ray_internals
 
 
 @pytest.mark.slow
 def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study(earlier, run_cli):
-    """B (`tuner run`) adds every trial of A to its study before its first suggestion, and says so."""
+    """B (`tuner run`) adds every trial of A to its study before its first suggestion, and says so. Resumed
+    with one trial more (in-process, as `tuner resume` does), B's searcher still holds them, once each,
+    and learns from the new trial too."""
+    from tuner.engine import prepare_resume, resume_prepared
+
     from ray.tune.search.optuna import OptunaSearch
 
     folder, rows = earlier
@@ -196,6 +200,14 @@ def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study
     fed = {t.user_attrs["tuner_warm_start"].rsplit(":", 1)[1]: (t.params, t.value) for t in told[:len(inside)]}
     assert fed == {r.trial_id: ({"x": r["config/x"]}, r.loss) for _, r in inside.iterrows()}
     assert all(t.state.name == "COMPLETE" and not t.user_attrs for t in told[len(inside):])  # B's own
+    # The resume unpickles B's searcher: A's trials stay in its study, and it goes on learning.
+    (folder / "b3.yaml").write_text(yaml.safe_dump({**spec, "num_samples": 3}, sort_keys=False))
+    resumed = resume_prepared(prepare_resume(folder / "runs" / "b", spec=folder / "b3.yaml"))
+    assert resumed.num_errors == 0 and len(resumed.dataframe) == 3, resumed.summary
+    searcher, ray_internals = _restored(folder / "runs" / "b", OptunaSearch)
+    after = ray_internals.optuna_study(searcher).trials
+    assert [t for t in after if t.user_attrs.get("tuner_warm_start")] == told[:len(inside)], "fed once, kept"
+    assert len(after) == len(inside) + 3 and all(t.state.name == "COMPLETE" for t in after)
 
 
 @pytest.mark.slow

@@ -224,7 +224,8 @@ def gpu_probe(config):
 
 
 def oom_until_small(config):
-    """Raises a simulated CUDA out-of-memory error while batch_size > config['fits']."""
+    """Raises a simulated CUDA out-of-memory error while batch_size > config['fits']; reports the trial's
+    seed (``seed_seen``)."""
     import torch
 
     start = _start_epoch()
@@ -232,12 +233,13 @@ def oom_until_small(config):
         if epoch == 2 and config["batch_size"] > config["fits"]:
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
         folder = _epoch_checkpoint(epoch)
-        trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "batch_size_seen": config["batch_size"]},
-                     checkpoint_dir=folder)
+        trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "batch_size_seen": config["batch_size"],
+                      "seed_seen": trial.seed()}, checkpoint_dir=folder)
 
 
 def ddp_oom_until_small(config):
-    """DDP: every rank raises a simulated CUDA OOM at epoch 1 while batch_size > config['fits']."""
+    """DDP: every rank raises a simulated CUDA OOM at epoch 1 while batch_size > config['fits']; rank 0 reports
+    the trial's seed (``seed_seen``)."""
     import torch
 
     start = _start_epoch()
@@ -246,7 +248,7 @@ def ddp_oom_until_small(config):
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
         folder = _epoch_checkpoint(epoch)
         trial.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "start": start,
-                      "batch_size_seen": config["batch_size"]}, checkpoint_dir=folder)
+                      "batch_size_seen": config["batch_size"], "seed_seen": trial.seed()}, checkpoint_dir=folder)
 
 
 def typo(config):
@@ -508,8 +510,8 @@ def amp_probe(config):
 
 def fails_per_attempt(config):
     """Checkpoints every epoch and resumes; when config['x'] > 0.5, its k-th attempt (counted by marker
-    files in config['fail_dir']) raises at epoch config['fail_at'][k]. Each result carries the attempt
-    and the epoch the attempt started at."""
+    files in config['fail_dir']) raises at epoch config['fail_at'][k]. Each result carries the attempt,
+    the epoch the attempt started at and the trial's seed (``seed_seen``: tuner.trial.seed())."""
     start = _start_epoch()
     prefix = os.path.join(config["fail_dir"], f"failed-{config['x']!r}-")
     attempt = sum(os.path.exists(f"{prefix}{k}") for k in range(len(config["fail_at"])))
@@ -517,8 +519,8 @@ def fails_per_attempt(config):
         if config["x"] > 0.5 and attempt < len(config["fail_at"]) and epoch == config["fail_at"][attempt]:
             open(f"{prefix}{attempt}", "w").close()
             raise RuntimeError(f"attempt {attempt} fails at epoch {epoch}")
-        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start, "attempt": attempt},
-                     checkpoint_dir=_epoch_checkpoint(epoch))
+        trial.report({"loss": config["x"] + 1.0 / (epoch + 1), "epoch": epoch, "start": start, "attempt": attempt,
+                      "seed_seen": trial.seed()}, checkpoint_dir=_epoch_checkpoint(epoch))
 
 
 def held_on_node_gated(config):
@@ -557,11 +559,19 @@ def held_on_node_gated(config):
                      checkpoint_dir=_epoch_checkpoint(epoch))
 
 
+def _say_held(gate: str, iteration: int) -> None:
+    """Add ``<trial id> <results reported so far>`` as a line to ``<gate>.held`` (the test's gate)."""
+    from ray import tune
+
+    with open(gate + ".held", "a") as f:
+        f.write(f"{tune.get_context().get_trial_id()} {iteration}\n")
+
+
 def held_until_gate(config):
     """steady's checkpoints without its sleep, and one trial held: the ``config['hold']``-th trial to
-    start afresh (from 0; each claims its number with a file ``<config['gate']>.start<N>``) touches
-    ``<gate>.held``, then waits for the file ``config['gate']`` before its first epoch. (By start order,
-    not by trial id: a searcher's trial ids are random.) loss = x + 1/(epoch + 1)."""
+    start afresh (from 0; each claims its number with a file ``<config['gate']>.start<N>``) adds its id
+    to ``<gate>.held`` (:func:`_say_held`), then waits for the file ``config['gate']`` before its first
+    epoch. (By start order, not by trial id: a searcher's trial ids are random.) loss = x + 1/(epoch + 1)."""
     import time
 
     start = _start_epoch()
@@ -574,7 +584,7 @@ def held_until_gate(config):
             except FileExistsError:
                 number += 1
         if number == int(config["hold"]):
-            open(config["gate"] + ".held", "w").close()
+            _say_held(config["gate"], 0)
             while not os.path.exists(config["gate"]):
                 time.sleep(0.1)
     for epoch in range(start, int(config["epochs"])):
@@ -604,13 +614,13 @@ def _pbt_checkpoint(state: dict):
 
 
 def _pbt_hold(config: dict, epoch: int) -> None:
-    """With ``config['gate']``: before epoch ``config['hold_at']``, touch ``<gate>.held`` and wait for the
-    file ``<gate>``."""
+    """With ``config['gate']``: before epoch ``config['hold_at']``, add the trial to ``<gate>.held``
+    (:func:`_say_held`; an epoch a result) and wait for the file ``<gate>``."""
     import time
 
     gate = config.get("gate")
     if gate and epoch == int(config.get("hold_at", -1)) and not os.path.exists(gate):
-        open(gate + ".held", "w").close()
+        _say_held(gate, epoch)
         while not os.path.exists(gate):
             time.sleep(0.1)
 

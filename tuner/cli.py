@@ -134,6 +134,10 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
     if dry_run:
         click.echo(plan(prepared))
         return
+    if prepared.address is not None:
+        from tuner.engine import check_cluster
+
+        check_cluster(prepared)  # connected (or refused) before the experiment folder is made
     try:
         result = run_prepared(prepared, echo=click.echo)
     except KeyboardInterrupt:

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator
 import ray
 
 from tuner.layout import RAY_LOGS_LINK
-from tuner.ray_internals import HEAD_RESOURCE, JOBS_CLIENT_LOGGERS, RAY_JOB_CONFIG, local_ray_options
+from tuner.ray_internals import (GCS_CONNECT_TRIES_ENV, HEAD_RESOURCE, JOBS_CLIENT_LOGGERS, RAY_JOB_CONFIG,
+                                 local_ray_options)
 from tuner.resources import ClusterResources
 
 __all__ = ["ray_session", "cluster_resources"]
@@ -107,10 +108,16 @@ def ray_session(
             to the workers through ``PYTHONPATH`` in the job's ``runtime_env``.
         address: A running cluster to connect to instead of starting one; ``auto``
             is the one ``ray start`` last started on this machine, even when
-            ``RAY_ADDRESS`` names another.
+            ``RAY_ADDRESS`` names another. Ray gets one try at it (its
+            ``RAY_gcs_server_port_wait_time_s``, 20 tries by default, unless set), so an
+            address where something listens that is not a Ray head fails in about 40 s
+            (``RAY_py_gcs_connect_timeout_s`` and a few seconds), not 13 minutes.
 
     Yields:
         Ray's session folder when this call started Ray, else None.
+
+    Raises:
+        ClusterError: Ray cannot connect to the cluster at ``address``.
     """
     if ray.is_initialized():
         yield None
@@ -131,6 +138,9 @@ def ray_session(
     # Ray resolves "auto" to RAY_ADDRESS whenever that is set; a caller that chose "auto"
     # (--address auto, or the spec's when RAY_ADDRESS is unset) means this machine's cluster.
     hidden = os.environ.pop("RAY_ADDRESS", None) if address == "auto" else None
+    bounded = address is not None and GCS_CONNECT_TRIES_ENV not in os.environ
+    if bounded:
+        os.environ[GCS_CONNECT_TRIES_ENV] = "1"
     try:
         context = ray.init(
             address=address,
@@ -142,9 +152,20 @@ def ray_session(
             runtime_env={"env_vars": env} if env else None,
             **local_ray_options(address),
         )
+    except ConnectionError as err:
+        if address is None:
+            raise
+        from tuner.errors import ClusterError
+
+        raise ClusterError(f"cannot connect to the Ray cluster at {address}: {err}, though something listens "
+                           "there. Give the address that `ray start --head` printed (the head's GCS port, 6379 "
+                           "by default; not the dashboard's 8265), and check that this machine runs the cluster's "
+                           "Ray version.") from None
     finally:
         if hidden is not None:
             os.environ["RAY_ADDRESS"] = hidden
+        if bounded:
+            os.environ.pop(GCS_CONNECT_TRIES_ENV, None)
     try:
         # A ray:// address gives a ClientContext, which has no address_info (and no local session).
         info = getattr(context, "address_info", None)

@@ -1181,7 +1181,9 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     checkpoints; the searcher and scheduler state come back from the experiment
     folder (the scheduler's: :mod:`tuner.scheduler_state`, which says when it cannot).
     ``resume_errored`` continues errored trials from their checkpoints, ``restart_errored``
-    starts them over.
+    starts them over. A trial whose recorded checkpoint is gone goes on from its newest
+    checkpoint that exists, with a note
+    (:func:`tuner.failures.fall_back_to_existing_checkpoints`).
 
     Returns:
         tuner.results.TuneResult for the whole experiment.
@@ -1194,7 +1196,8 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
 
     from tuner import reporting
     from tuner.cluster import link_ray_logs, ray_session
-    from tuner.failures import ExperimentLock, reopen_searcher, restore_state_snapshot
+    from tuner.failures import (ExperimentLock, drop_stale_staging, fall_back_to_existing_checkpoints,
+                                reopen_searcher, restore_state_snapshot)
     from tuner.scheduler_state import saved_state_note
     from tuner.storage import display
     from tuner.space import presets, to_ray_space
@@ -1212,6 +1215,8 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
         if spec.conditional and spec.search.algorithm in ("grid", "random") and spec.num_samples > old:
             extra = presets(spec, count=spec.num_samples - old, start=old)
         reopen_searcher(path, old, spec.num_samples, extra)
+        fell_back = fall_back_to_existing_checkpoints(path, prepared.location)
+        drop_stale_staging(path)
         save_run_record(prepared)  # the spec as resumed, and the time budget the stopper reads
         if prepared.remote:
             from tuner.storage import upload
@@ -1225,6 +1230,13 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
             lost = saved_state_note(path, spec.scheduler.type)
             if lost:
                 echo(f"tuner: note: {lost}")
+        for note in fell_back:
+            if echo:
+                echo(f"tuner: note: {note}")
+            else:
+                import logging
+
+                logging.getLogger("tuner").warning(note)
         packing = None
         if spec.resources.auto_gpu:  # the callback and the searcher's limiter come back from Ray's saved state
             from tuner.cluster import cluster_resources

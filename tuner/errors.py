@@ -18,6 +18,11 @@ its message as one paragraph (``tuner: error: <message>``; the traceback only wi
 
 Any other exception is a bug (or Ray's own error): exit 1, its type and message, and
 ``tuner: set TUNER_DEBUG=1 to see the traceback.``; Ctrl-C exits 130.
+
+Every one of them survives pickling (Ray carries exceptions between processes): a pickled
+error comes back without calling its constructor, with the same message and attributes
+(:meth:`TunerError.__reduce__`); the chained ``__cause__`` stays behind, as for any pickled
+exception.
 """
 
 from __future__ import annotations
@@ -40,6 +45,25 @@ class TunerError(Exception):
     """
 
     exit_code = 1
+
+    def __reduce__(self):
+        """Pickle as the message and the attributes, without the constructor's arguments.
+
+        ``BaseException`` pickles an error as its class called on ``self.args``, which for most
+        of these classes is the built message, not what their constructors take (a
+        :class:`DiskFullError` needs a path and an experiment, a
+        :class:`~tuner.spec.SpecError` its issues). The error is rebuilt from its class, its
+        ``args`` and its ``__dict__`` instead, the way ``copyreg`` rebuilds plain objects.
+        """
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[TunerError], args: tuple, state: dict) -> TunerError:
+    """Unpickle a :class:`TunerError`: its class, with ``args`` and ``state`` set, no constructor called."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InputError(TunerError):

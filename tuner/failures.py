@@ -14,6 +14,9 @@
   experiment state survives a driver killed mid-write; a resume never starts over.
 * :func:`reopen_searcher`: a resume goes on creating trials, up to a ``num_samples``
   that may have grown.
+* :func:`fall_back_to_existing_checkpoints`, :func:`drop_stale_staging`: a resume restores
+  only checkpoints that exist, and never copies an earlier session's stale files over the
+  experiment's.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from tuner.state import load_state_file, newest_state_file, parse_state, read_st
 _COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
 
 __all__ = ["ExperimentStopper", "reopen_searcher", "time_budget_used", "ExperimentLock", "ExperimentLocked",
-           "StateSnapshots", "check_state", "restore_state_snapshot", "PlacementGroupReleaser"]
+           "StateSnapshots", "check_state", "restore_state_snapshot", "PlacementGroupReleaser",
+           "fall_back_to_existing_checkpoints", "drop_stale_staging"]
 
 
 class ExperimentStopper(Callback, Stopper):
@@ -413,6 +417,110 @@ def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
 
     atomic_write(path / snapshot.name, snapshot.read_bytes())
     return snapshot.name
+
+
+def fall_back_to_existing_checkpoints(experiment_path: str | os.PathLike,
+                                      location: str | os.PathLike | None = None) -> list[str]:
+    """Point each unfinished trial whose recorded checkpoint is gone at its newest checkpoint that exists.
+
+    Ray deletes a trial's older checkpoints as soon as it registers a new one
+    (``checkpoint.num_to_keep``) but saves the experiment state only every few seconds, so a
+    driver killed in between leaves a state whose trial restores a checkpoint that no longer
+    exists, and that trial errors on the resume ("Could not recover from checkpoint as it does
+    not exist on storage anymore"). Before the restore, each trial that is not TERMINATED and
+    whose latest recorded checkpoint is missing is pointed at its newest checkpoint folder that
+    exists and whose result is known (recorded in the state, or a line of its ``result.json``
+    that names it, for the iteration count it goes on from); with none, it starts over. The
+    recorded checkpoints that are gone are forgotten. The state file is rewritten (write, then
+    rename).
+
+    Args:
+        experiment_path: The experiment folder (a cloud experiment's local mirror), whose newest
+            state Ray restores.
+        location: Where the trials' folders are (the cloud URI); default ``experiment_path``.
+
+    Returns:
+        One sentence for each trial pointed elsewhere (empty when none).
+    """
+    import json
+
+    from tuner.layout import RESULT_FILE
+    from tuner.ray_internals import RESULT_CHECKPOINT_KEY, TUNE_CHECKPOINT_DIR, SavedCheckpoints, saved_trial_entries
+    from tuner.storage import join, list_names, read_text
+
+    state = read_state(experiment_path)
+    if state is None:
+        return []
+    where = os.fspath(location if location is not None else experiment_path)
+    notes = []
+    for item in saved_trial_entries(state.data):
+        try:
+            trial = json.loads(item[0])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if trial.get("status") == "TERMINATED" or not trial.get("relative_logdir"):
+            continue
+        folder = join(where, trial["relative_logdir"])
+        present = {n for n in list_names(folder) if TUNE_CHECKPOINT_DIR.match(n)}
+        saved = SavedCheckpoints(item)
+        gone = saved.latest
+        if gone is None or saved.latest_exists(present):
+            continue
+        known = saved.known()
+        for line in (read_text(join(folder, RESULT_FILE)) or "").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get(RESULT_CHECKPOINT_KEY) in present:
+                known.setdefault(row[RESULT_CHECKPOINT_KEY], row)
+        usable = sorted(present & set(known))
+        chosen = usable[-1] if usable else None
+        saved.point_at(chosen, present, known.get(chosen) if chosen else None)
+        lost = f"trial {trial.get('trial_id')}: its checkpoint {gone}, which the experiment state names, is gone"
+        if chosen is None:
+            notes.append(f"{lost}, and no other checkpoint of it is left, so it starts over.")
+        else:
+            iteration = known[chosen].get("training_iteration")
+            notes.append(f"{lost}; it goes on from {chosen}" + (f" (iteration {iteration})" if iteration else "")
+                         + ", its newest checkpoint that exists.")
+    if notes:
+        from tuner.files import atomic_write
+
+        atomic_write(state.file, json.dumps(state.data))
+    return notes
+
+
+def drop_stale_staging(experiment_path: str | os.PathLike) -> None:
+    """Remove what an earlier run or resume of the experiment left in this Ray session's staging folder.
+
+    Ray Tune stages the experiment's files (each trial's ``result.json``, ``progress.csv``, ...)
+    in the Ray session's folder and copies the staging folder whole to the experiment folder
+    every few seconds (:func:`tuner.ray_internals.experiment_staging_path`). A resume in the
+    Ray session that ran the experiment before reuses that folder: had another process resumed
+    the experiment in between (``tuner resume``, in its own Ray), the old copies would replace
+    the newer files in the experiment folder (an errored trial's ``result.json`` lost the rows
+    that resume wrote). Without them, the resume stages afresh: Ray copies the experiment's
+    state back, and each trial's results as it opens them
+    (:class:`tuner.ray_internals.StagedResultFileHooks`). Call with Ray running, before
+    ``Tuner.restore``.
+
+    Args:
+        experiment_path: The experiment folder (a cloud experiment's local mirror).
+    """
+    import shutil
+
+    from tuner.ray_internals import experiment_staging_path
+
+    state = read_state(experiment_path)
+    if state is None:
+        return
+    try:
+        staging = experiment_staging_path(state.data, Path(experiment_path).name)
+    except Exception:  # noqa: BLE001 - a state this Ray cannot read: the restore itself will say so
+        return
+    if staging is not None and os.path.isdir(staging):
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def reopen_searcher(experiment_path: str | os.PathLike, old: int, new: int, points: list | None = None) -> None:

@@ -28,7 +28,8 @@ __all__ = [
     "TRAIN_PREEMPTION_WATCHER_ENV",
     # Ray Tune's trials, experiment state and results
     "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
-    "saved_stopper", "tune_run_catches_signals", "lean_callback_usage_tag",
+    "saved_stopper", "tune_run_catches_signals", "lean_callback_usage_tag", "RESULT_CHECKPOINT_KEY",
+    "TUNE_CHECKPOINT_DIR", "saved_trial_entries", "SavedCheckpoints", "experiment_staging_path",
     # searcher state that tuner rewrites for a resume
     "reopen_basic_variant_state", "reopen_search_generator_state", "bohb_state", "save_searcher_state",
     "optuna_trial_to_tell", "optuna_study", "bohb_config_generator",
@@ -48,6 +49,7 @@ __all__ = [
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks", "StagedResultFileHooks",
     # the Ray process, the cluster and its jobs
     "ray_started_here", "nvidia_gpu_count", "refresh_auth_mode", "LOCAL_RAY_SYSTEM_CONFIG", "local_ray_options",
+    "GCS_CONNECT_TRIES_ENV",
     "HEAD_RESOURCE", "RAY_JOB_CONFIG", "JOBS_CLIENT_LOGGERS",
 ]
 
@@ -365,6 +367,16 @@ def saved_trials(state: Any) -> list[dict]:
     return out
 
 
+def saved_trial_entries(state: dict) -> list:
+    """The trials of a parsed ``experiment_state-*.json`` as Ray saved them: its ``trial_data`` list
+    itself, one ``[trial JSON text, run metadata JSON text]`` per trial (Ray 2.60's
+    ``TuneController.save_to_dir``), for :func:`tuner.failures.fall_back_to_existing_checkpoints`
+    to rewrite an entry's run metadata in place (:class:`SavedCheckpoints`). Empty when it has none.
+    """
+    entries = state.get("trial_data") if isinstance(state, dict) else None
+    return entries if isinstance(entries, list) else []
+
+
 def saved_stopper(state: dict) -> Any:
     """The stopper that a parsed ``experiment_state-*.json`` holds, unpickled.
 
@@ -382,6 +394,157 @@ def saved_stopper(state: dict) -> Any:
 
     stopper = state.get("runner_data", {}).get("_stopper")
     return json.loads(json.dumps(stopper), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+
+
+#: The key of a result that names the checkpoint reported with it (Ray 2.60's
+#: ``ray.train.constants.CHECKPOINT_DIR_NAME``), in each line of a trial's ``result.json``.
+RESULT_CHECKPOINT_KEY = "checkpoint_dir_name"
+#: The name of a Tune checkpoint folder in a trial's folder, ``checkpoint_000003`` (Ray 2.60's
+#: ``ray.train._internal.storage.StorageContext._make_checkpoint_dir_name``: the trial's 0-based count
+#: of checkpoints).
+TUNE_CHECKPOINT_DIR = re.compile(rf"^{CHECKPOINT_PREFIX}\d{{6}}$")
+
+
+class SavedCheckpoints:
+    """A trial's checkpoints as an experiment state records them, to be pointed elsewhere.
+
+    Ray 2.60 saves each trial as ``[trial JSON, run metadata JSON]`` in ``trial_data``
+    (:func:`saved_trial_entries`); the run metadata
+    (``ray.tune.trainable.metadata._TrainingRunMetadata``, Ray's JSON encoding with
+    cloudpickle inside) holds the trial's ``_CheckpointManager``: its kept checkpoints
+    (``_checkpoint_results``, best last) and the latest (``_latest_checkpoint_result``), each a
+    ``_TrainingResult`` of a ``Checkpoint`` and the metrics reported with it. A resumed trial
+    restores the latest (``Trainable.restore`` takes ``training_iteration`` and
+    ``time_total_s`` from its metrics); under PBT/PB2 the latest may be another trial's (an
+    exploit sets it). The trial JSON's ``storage`` (a ``StorageContext``) gives the trial's own
+    folder as it was recorded, which a restore maps to the folder's place now
+    (``Trial.set_storage``). :func:`tuner.failures.fall_back_to_existing_checkpoints` points
+    the latest at a checkpoint that still exists. Only for tuner's own experiment folders (the
+    pickles are trusted).
+
+    Args:
+        entry: One ``trial_data`` entry; :meth:`point_at` rewrites its run metadata in place.
+    """
+
+    def __init__(self, entry: list):
+        from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+        self._entry = entry
+        self._meta = _TrainingRunMetadata.from_json_state(entry[1])
+        self._manager = self._meta.checkpoint_manager
+        self._storage: Any = None
+
+    def _trial_storage(self) -> Any:
+        if self._storage is None:
+            from ray.tune.utils.serialization import _loads_with_cloudpickle
+
+            self._storage = _loads_with_cloudpickle(self._entry[0])["storage"]
+        return self._storage
+
+    @staticmethod
+    def _split(result: Any) -> tuple[str, str]:
+        folder, _, name = result.checkpoint.path.rstrip("/").rpartition("/")
+        return folder, name
+
+    def _own(self, result: Any) -> bool:
+        return self._split(result)[0] == self._trial_storage().trial_fs_path.rstrip("/")
+
+    def _latest(self) -> Any:
+        return self._manager.latest_checkpoint_result if self._manager is not None else None
+
+    @property
+    def latest(self) -> str | None:
+        """The folder name of the checkpoint a resume restores, or None."""
+        latest = self._latest()
+        return self._split(latest)[1] if latest is not None else None
+
+    def latest_exists(self, own_present: set[str]) -> bool:
+        """Whether the checkpoint a resume restores exists (True without one).
+
+        Args:
+            own_present: The checkpoint folders in the trial's own folder now (where a restore
+                looks for the trial's own checkpoints, the folder moved or not).
+        """
+        import pyarrow.fs
+
+        latest = self._latest()
+        if latest is None:
+            return True
+        if self._own(latest):
+            return self._split(latest)[1] in own_present
+        checkpoint = latest.checkpoint  # another trial's (a PBT exploit): where it was recorded
+        return checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound
+
+    def known(self) -> dict[str, dict]:
+        """The trial's own recorded checkpoints (kept and latest): folder name -> the metrics reported with it."""
+        if self._manager is None:
+            return {}
+        results = [*self._manager._checkpoint_results, self._latest()]
+        return {self._split(r)[1]: dict(r.metrics) for r in results if r is not None and self._own(r)}
+
+    def point_at(self, name: str | None, present: set[str], metrics: dict | None = None) -> None:
+        """Make the trial's own checkpoint ``name`` the latest (None: no checkpoint, the trial starts over),
+        forget the recorded checkpoints of its own not in ``present``, and rewrite the entry's run metadata.
+
+        Args:
+            name: A checkpoint folder of the trial; one not recorded needs ``metrics``.
+            present: The trial's checkpoint folders that exist.
+            metrics: The result reported with ``name``, when it is not recorded.
+        """
+        from ray.train import Checkpoint
+        from ray.train._internal.session import _TrainingResult
+
+        manager = self._manager
+        recorded = {self._split(r)[1]: r for r in [*manager._checkpoint_results, self._latest()]
+                    if r is not None and self._own(r)}
+        manager._checkpoint_results = [r for r in manager._checkpoint_results
+                                       if not self._own(r) or self._split(r)[1] in present]
+        chosen = None
+        if name is not None:
+            chosen = recorded.get(name)
+            if chosen is None:
+                storage = self._trial_storage()
+                chosen = _TrainingResult(checkpoint=Checkpoint(path=f"{storage.trial_fs_path.rstrip('/')}/{name}",
+                                                               filesystem=storage.storage_filesystem),
+                                         metrics=dict(metrics or {}))
+            if chosen not in manager._checkpoint_results:
+                manager._checkpoint_results.append(chosen)
+                manager._checkpoint_results.sort(key=manager._get_checkpoint_score)  # stable: by time among ties
+        manager._latest_checkpoint_result = chosen
+        self._meta.invalidate_cache()
+        self._entry[1] = self._meta.get_json_state()
+
+
+def experiment_staging_path(state: dict, experiment_name: str) -> str | None:
+    """The folder where a resume of this experiment in this Ray session stages its files, or None.
+
+    Ray 2.60 writes the experiment's files (its state, searcher state, and each trial's
+    ``result.json``, ``progress.csv``, ``params.json``) into a driver staging folder in the
+    Ray session's folder, ``<session>/artifacts/<timestamp>/<experiment>/driver_artifacts``
+    (``StorageContext.experiment_driver_staging_path``), and copies it whole to the
+    experiment folder every few seconds. A restored run reuses its first run's timestamp
+    (``TuneController._restore_trials``), so a resume in the Ray session that ran the
+    experiment before finds that session's old copies there. Needs Ray initialized.
+
+    Args:
+        state: A parsed ``experiment_state-*.json`` (its first trial's storage context).
+        experiment_name: The experiment folder's name.
+
+    Returns:
+        The folder, or None when the state holds no trial, or this process has no Ray node of its
+        own (a Ray Client connection, ``ray://``: its Tune run stages on the cluster).
+    """
+    import copy
+
+    import ray._private.worker as worker
+    from ray.tune.utils.serialization import _loads_with_cloudpickle
+
+    trial_data = saved_trial_entries(state)
+    if not trial_data or getattr(worker, "_global_node", None) is None:
+        return None
+    storage = copy.copy(_loads_with_cloudpickle(trial_data[0][0])["storage"])
+    storage.experiment_dir_name = experiment_name  # as the restore sets it (the folder may have moved)
+    return storage.experiment_driver_staging_path
 
 
 #: The name of the handler Ray Tune's run installs for SIGINT and SIGUSR1.
@@ -1030,9 +1193,14 @@ class StagedResultFileHooks:
     since the last copy to the storage (seen: a Hyperband trial's ``result.json`` without its first
     3 results, in 2 runs of 80).
 
-    Here Ray's copy runs only the first time this callback opens a trial's file; after that the
+    Here the copy runs only the first time this callback opens a trial's file; after that the
     staging copy is this callback's own and the newest, and it is kept. The record of opened files
-    is not pickled, so a callback restored with the experiment copies again.
+    is not pickled, so a callback restored with the experiment copies again. And that first copy is
+    made whenever the storage has the file, checkpoint or not: Ray's rule left out a resumed trial
+    without a Tune checkpoint (a DDP trial's checkpoints are Ray Train's, and its Train run goes on
+    from them), whose staging copy then started empty and, copied to the storage, replaced the
+    results it had reported before the resume. A trial that starts over appends to its earlier
+    results, as it does when it fails and starts over within a run.
     """
 
     def _restore_from_remote(self, file_name: str, trial) -> None:
@@ -1040,7 +1208,16 @@ class StagedResultFileHooks:
         if (file_name, trial.trial_id) in opened:
             return
         opened.add((file_name, trial.trial_id))
-        super()._restore_from_remote(file_name, trial)  # type: ignore[misc]  # a mixin before Ray's logger
+        if trial.checkpoint:
+            super()._restore_from_remote(file_name, trial)  # type: ignore[misc]  # a mixin before Ray's logger
+            return
+        import pyarrow.fs
+
+        storage = trial.storage
+        remote = f"{storage.trial_fs_path}/{file_name}"
+        if storage.storage_filesystem.get_file_info(remote).type == pyarrow.fs.FileType.File:
+            pyarrow.fs.copy_files(remote, f"{trial.local_path}/{file_name}",
+                                  source_filesystem=storage.storage_filesystem)
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in vars(self).items() if k != "_tuner_opened"}
@@ -1085,6 +1262,13 @@ def refresh_auth_mode() -> None:
     from ray._raylet import Config  # type: ignore[attr-defined]  # a Cython class
 
     Config.initialize("")
+
+
+#: The environment variable of Ray 2.60's connect window: ``ray.init(address=...)`` makes this many tries
+#: at the head's GCS (``ray._private.node.Node._init_gcs_client``; 20 by default, about 40 s each where
+#: something listens that is not a Ray head, each try's wait ``RAY_py_gcs_connect_timeout_s``, 30 s by
+#: default), then raises ``ConnectionError``. :func:`tuner.cluster.ray_session` makes it 1 unless set.
+GCS_CONNECT_TRIES_ENV = "RAY_gcs_server_port_wait_time_s"
 
 
 #: ``ray.init(_system_config=...)`` for the local Ray tuner starts (Ray 2.60's raylet config keys):

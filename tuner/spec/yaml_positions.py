@@ -36,6 +36,9 @@ class _YAMLIssue(Exception):
         super().__init__(issue.message)
         self.issue = issue
 
+    def __reduce__(self):
+        return type(self), (self.issue,)  # its args hold the message, not the issue its constructor takes
+
 
 def _at(mark: yaml.Mark) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}"
