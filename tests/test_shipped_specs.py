@@ -69,7 +69,7 @@ def test_multiobjective_spec_runs_and_finds_a_front(ray_local, tmp_path):
 
 def assert_best_is_the_tables_best_row(exp, s):
     """summary.json's and best_config.yaml's best trial is results.csv's first row, whose val_accuracy is
-    the highest; its config and metrics are that row's."""
+    the highest of the feasible trials; its config and metrics are that row's."""
     import pandas as pd
     import yaml
 
@@ -79,7 +79,10 @@ def assert_best_is_the_tables_best_row(exp, s):
     row = table.iloc[0]
     best = s["best"]
     assert row["trial_id"] == best["trial_id"]
-    assert row["val_accuracy"] == table["val_accuracy"].max() == pytest.approx(best["metrics"]["val_accuracy"])
+    # Under constraints (mnist_multiobjective's epoch_time_s, which depends on the machine's load) the best
+    # trial is the best feasible one, and an infeasible trial may score higher.
+    feasible = table[table["feasible"].astype(str) == "True"] if "feasible" in table else table
+    assert row["val_accuracy"] == feasible["val_accuracy"].max() == pytest.approx(best["metrics"]["val_accuracy"])
     assert row["val_loss"] == pytest.approx(best["metrics"]["val_loss"])
     assert row["training_iteration"] == best["metrics"]["training_iteration"]
     for key, value in flatten(best["config"]).items():  # a sub-space choice's mapping: config/optimizer/lr
