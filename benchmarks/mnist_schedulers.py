@@ -1,9 +1,10 @@
 """Benchmark 4: a real training run, ASHA against FIFO on the MNIST CNN of ``examples/``.
 
-The main job (``search_spaces/mnist_asha.yaml``: 16 trials of the small CNN on the
-5,000 MNIST digits, up to 10 epochs, 1 CPU a trial, 2 at a time) runs with its ASHA
-scheduler and with ``fifo`` (every trial trains its 10 epochs), for the same sampling
-seeds (the same 16 configurations for both), on one local Ray. The train function is
+The main job's spec (``search_spaces/mnist_asha.yaml``: the small CNN on the 5,000 MNIST
+digits, 1 CPU a trial, 2 at a time), at ``--trials`` trials (16 by default; the spec itself
+has 8) of up to ``--epochs`` epochs (10 by default; the spec has 6), runs with its ASHA
+scheduler and with ``fifo`` (every trial trains all its epochs), for the same sampling
+seeds (the same configurations for both), on one local Ray. The train function is
 ``examples/mnist.py:train`` unchanged, wrapped only to log the wall clock of each
 report (``benchmarks/workloads.py:mnist_logged``).
 

@@ -14,6 +14,7 @@ Only :mod:`tuner.trial` talks to Ray; nothing here imports ray.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -34,6 +35,8 @@ EVAL_BATCH_SIZE = 1000
 # Each optimizer's own parameters (beside "name" and "lr"), and their defaults when the config has none.
 OPTIMIZER_PARAMS: dict[str, dict[str, float]] = {"sgd": {"momentum": 0.9}, "adam": {"beta2": 0.999}}
 ADAM_BETA1 = 0.9
+#: ``lr_schedule``'s values: ``constant`` keeps the config's ``lr``; ``cosine`` anneals it to 0 over the epochs.
+LR_SCHEDULES = ("constant", "cosine")
 
 
 def set_threads() -> None:
@@ -137,7 +140,12 @@ def _sum_over_ranks(*values: torch.Tensor) -> list[float]:
 
 
 def train_epoch(
-    model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, prep: Callable | None = None
+    model: nn.Module,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    prep: Callable | None = None,
+    augment: Callable | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> float:
     """Train for one epoch (this rank's shard in a DDP trial).
 
@@ -151,6 +159,10 @@ def train_epoch(
             of shape (N,) (see ``trial.prepare_data_loader``).
         optimizer: Optimizer over ``model``'s parameters.
         prep: Optional function applied to each image batch (e.g. uint8 -> float).
+        augment: Optional function applied to each training image batch after ``prep``
+            (never to validation batches), e.g. :func:`random_shift`.
+        on_step: Optional function called with the batch's index in the epoch (0-based)
+            before each step, e.g. to set the learning rate (see :func:`lr_schedule`).
 
     Returns:
         Mean cross-entropy per sample over the epoch, over all ranks' samples.
@@ -159,8 +171,11 @@ def train_epoch(
     scaler = trial.scaler()
     total = torch.zeros((), dtype=torch.float64, device=trial.device())  # summed on the device: no sync per step
     count = 0
-    for x, y in loader:
+    for step, (x, y) in enumerate(loader):
         x = prep(x) if prep else x
+        x = augment(x) if augment else x
+        if on_step:
+            on_step(step)
         optimizer.zero_grad(set_to_none=True)
         with trial.autocast():
             loss = nn.functional.cross_entropy(model(x), y)
@@ -206,6 +221,69 @@ def evaluate(model: nn.Module, loader: DataLoader, prep: Callable | None = None)
     return loss.item() / max(count, 1), correct.item() / max(count, 1)
 
 
+def random_shift(images: torch.Tensor, pixels: int, fill: float = 0.0) -> torch.Tensor:
+    """Translate each image by its own random offset of up to ``pixels`` pixels on each axis.
+
+    The usual light augmentation of digit images (a shift of 1-2 pixels keeps the label):
+    each image is padded by ``pixels`` on every side with ``fill`` and cropped back to its
+    size at an offset drawn uniformly from ``[0, 2 * pixels]`` per axis, from torch's
+    global RNG (so the shifts follow the per-epoch seed of :func:`fit`).
+
+    Args:
+        images: Float images (N, C, H, W).
+        pixels: Largest shift, >= 0; 0 returns ``images`` unchanged.
+        fill: Value of the pixels shifted in (the background after normalisation).
+
+    Returns:
+        A new tensor (N, C, H, W) (or ``images`` itself when ``pixels`` is 0).
+    """
+    if pixels <= 0:
+        return images
+    n, _, h, w = images.shape
+    padded = nn.functional.pad(images, (pixels, pixels, pixels, pixels), value=fill)
+    offsets = torch.randint(0, 2 * pixels + 1, (n, 2), device=images.device)
+    rows = (offsets[:, :1] + torch.arange(h, device=images.device))[:, None, :, None]  # (N, 1, H, 1)
+    cols = (offsets[:, 1:] + torch.arange(w, device=images.device))[:, None, None, :]  # (N, 1, 1, W)
+    batch = torch.arange(n, device=images.device)[:, None, None, None]
+    channel = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
+    return padded[batch, channel, rows, cols]
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, name: str, total_steps: int) -> Callable[[int], None] | None:
+    """The learning-rate schedule a config names, as a function of the global step.
+
+    ``cosine`` is SGDR's annealing without restarts (Loshchilov & Hutter, 2017): at step
+    ``t`` of ``T`` each parameter group's rate is ``lr * (1 + cos(pi * t / T)) / 2``, from
+    the config's ``lr`` at the first step down to near 0 at the last. It depends on the step
+    alone (the rate each group has when this is called is its ``lr``), so a resumed trial,
+    whose optimizer is rebuilt from the config, follows the same curve.
+
+    Args:
+        optimizer: Its param groups' ``lr`` are the rates at step 0.
+        name: One of :data:`LR_SCHEDULES`.
+        total_steps: ``T``: optimizer steps over all epochs (epochs x batches per epoch).
+
+    Returns:
+        None for ``constant``; else a function that sets each group's ``lr`` for global step ``t``.
+
+    Raises:
+        ValueError: An unknown name.
+    """
+    if name not in LR_SCHEDULES:
+        raise ValueError(f"config lr_schedule: unknown schedule {name!r}; allowed: {' | '.join(LR_SCHEDULES)}")
+    if name == "constant":
+        return None
+    base = [float(group["lr"]) for group in optimizer.param_groups]
+    total = max(int(total_steps), 1)
+
+    def set_lr(step: int) -> None:
+        factor = 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+        for group, lr in zip(optimizer.param_groups, base):
+            group["lr"] = lr * factor
+
+    return set_lr
+
+
 def _epoch_seed(seed: int, epoch: int) -> int:
     """Seed of the global RNG (shuffling, dropout) for ``epoch`` on this rank.
 
@@ -225,6 +303,8 @@ def fit(
     batch_size: int,
     seed: int,
     prep: Callable | None = None,
+    augment: Callable | None = None,
+    schedule: str = "constant",
 ) -> None:
     """Run the epoch loop of a train function: resume, train, validate, report.
 
@@ -249,6 +329,12 @@ def fit(
         batch_size: Training batch size (global, over all ranks).
         seed: Base seed of the per-epoch RNG.
         prep: Optional function applied to each image batch.
+        augment: Optional function applied to each training batch (see :func:`train_epoch`).
+        schedule: The learning-rate schedule over all ``epochs``, one of :data:`LR_SCHEDULES`
+            (see :func:`lr_schedule`).
+
+    Raises:
+        ValueError: An unknown ``schedule``.
     """
     start = load_checkpoint(model, optimizer)
     # The shuffle comes from (seed, epoch), resident or through a DistributedSampler: the same order after a resume.
@@ -257,10 +343,13 @@ def fit(
     # Every rank evaluates the whole set: a plain DataLoader (not sharded), sized to the trial's CPUs and GPUs.
     val_loader = DataLoader(val_set, batch_size=EVAL_BATCH_SIZE, **trial.data_loader_kwargs())
     params_count = sum(p.numel() for p in unwrap(model).parameters() if p.requires_grad)
+    per_epoch = len(train_loader)
+    set_lr = lr_schedule(optimizer, schedule, epochs * per_epoch)  # after the resume: the config's lr at step 0
     for epoch in range(start, epochs):
         torch.manual_seed(_epoch_seed(seed, epoch))
         started = time.perf_counter()
-        train_loss = train_epoch(model, train_loader, optimizer, prep)
+        on_step = (lambda step, first=epoch * per_epoch: set_lr(first + step)) if set_lr else None
+        train_loss = train_epoch(model, train_loader, optimizer, prep, augment, on_step)
         val_loss, val_accuracy = evaluate(model, val_loader, prep)
         epoch_time_s = time.perf_counter() - started
         folder = save_checkpoint(model, optimizer, epoch + 1) if trial.is_main_process() else None
@@ -326,20 +415,25 @@ def make_optimizer(params: Iterable[nn.Parameter], cfg: dict) -> torch.optim.Opt
     return torch.optim.SGD(params, lr=lr, momentum=float(values["momentum"]))
 
 
-def run_classifier(cfg: dict, data: tuple, build: Callable[[], nn.Module], prep: Callable | None = None) -> None:
+def run_classifier(
+    cfg: dict, data: tuple, build: Callable[[], nn.Module], prep: Callable | None = None,
+    augment: Callable | None = None,
+) -> None:
     """The body of an example train function: seed, build, prepare, then :func:`fit`.
 
     Args:
         cfg: The trial config merged with the example's defaults (``lr``, ``batch_size``,
             ``epochs``, ``seed``, ``limit_train``, ``limit_val``; ``optimizer`` and its own
-            ``momentum`` / ``beta2``, see :func:`make_optimizer`).
+            ``momentum`` / ``beta2``, see :func:`make_optimizer`; ``lr_schedule``, one of
+            :data:`LR_SCHEDULES`, ``constant`` when absent).
         data: ``(x_train, y_train, x_val, y_val)`` tensors.
         build: Builds the network; called after seeding, so the weights depend on
             ``seed`` only.
         prep: Optional function applied to each image batch.
+        augment: Optional function applied to each training batch (see :func:`train_epoch`).
 
     Raises:
-        ValueError: See :func:`make_optimizer`.
+        ValueError: See :func:`make_optimizer` and :func:`lr_schedule`.
     """
     x_tr, y_tr, x_val, y_val = data
     n_tr, n_val = cfg["limit_train"], cfg["limit_val"]
@@ -355,4 +449,6 @@ def run_classifier(cfg: dict, data: tuple, build: Callable[[], nn.Module], prep:
         batch_size=int(cfg["batch_size"]),
         seed=int(cfg["seed"]),
         prep=prep,
+        augment=augment,
+        schedule=str(cfg.get("lr_schedule", "constant")),
     )

@@ -24,6 +24,8 @@ from examples import _common, cifar, mnist, resnet
 from tuner import trial
 
 QUICK = {"epochs": 1, "limit_train": 512, "limit_val": 200, "batch_size": 32, "channels": 8, "lr": 0.05}
+# What the main job (search_spaces/mnist_asha.yaml) adds to the plain CNN.
+MAIN_JOB = {"batch_norm": True, "shift": 1, "lr_schedule": "cosine"}
 
 
 @pytest.fixture
@@ -106,12 +108,14 @@ def test_mnist_trains_on_resident_batches(reports, monkeypatch):
 
 
 def test_mnist_resume_continues_at_next_epoch(reports, monkeypatch):
-    mnist.train({**QUICK, "epochs": 3})
+    """A resumed trial gives the numbers of an uninterrupted one, with the main job's settings too: its random
+    shifts come from the per-epoch seed, its cosine learning rate from the step and the config's lr."""
+    mnist.train({**QUICK, **MAIN_JOB, "epochs": 3})
     full = [m for m, _ in reports]
     first_ckpt = reports[0][1]
     reports.clear()
     monkeypatch.setattr(trial, "get_checkpoint", lambda: first_ckpt)
-    mnist.train({**QUICK, "epochs": 3})
+    mnist.train({**QUICK, **MAIN_JOB, "epochs": 3})
     resumed = [m for m, _ in reports]
     assert [m["epoch"] for m in resumed] == [2, 3]
     for a, b in zip(resumed, full[1:]):  # per-epoch reseeding: same numbers as uninterrupted
@@ -220,6 +224,25 @@ def test_mnist_trains_with_amp(reports, amp, monkeypatch):
     assert state["model"]["0.weight"].dtype == torch.float32, "weights stay float32 under autocast"
 
 
+def test_mnist_trains_channels_last_on_the_cpu(reports, monkeypatch):
+    """A single-process trial on the CPU trains the CNN with its conv weights in channels_last (faster there);
+    build_model alone still gives PyTorch's default layout."""
+    built = []
+    real_build = mnist.build_model
+
+    def build(*args, **kwargs):
+        built.append(real_build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(mnist, "build_model", build)
+    mnist.train({**QUICK, "limit_train": 64})
+    assert_sane(reports[-1][0], 1)
+    conv = built[0][3]  # the second conv, (c, c, 5, 5): its two layouts differ
+    assert isinstance(conv, torch.nn.Conv2d) and conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not conv.weight.is_contiguous()
+    assert real_build(8, 0.0)[3].weight.is_contiguous()
+
+
 def test_mnist_amp_off_by_default(reports, monkeypatch):
     dtypes = set()
     real_build = mnist.build_model
@@ -324,6 +347,85 @@ def test_mnist_default_model_is_unchanged():
     assert sum(p.numel() for p in mnist.build_model().parameters()) == 31_594  # 32 channels, as before
 
 
+def test_mnist_batch_norm_normalises_each_conv_block():
+    """batch_norm adds a BatchNorm2d after each pooled conv block, before its ReLU, and draws nothing from the RNG:
+    the conv and linear weights are those of the plain CNN from the same seed."""
+    torch.manual_seed(3)
+    plain = mnist.build_model(8, 0.1)
+    torch.manual_seed(3)
+    normed = mnist.build_model(8, 0.1, batch_norm=True)
+    kinds = [type(m).__name__ for m in normed]
+    assert kinds[:9] == ["Conv2d", "MaxPool2d", "BatchNorm2d", "ReLU", "Conv2d", "MaxPool2d", "BatchNorm2d", "ReLU",
+                         "Flatten"]
+    assert [m.num_features for m in normed if isinstance(m, torch.nn.BatchNorm2d)] == [8, 8]
+    weights = {k: v for k, v in normed.state_dict().items() if k.endswith(("weight", "bias"))
+               and not isinstance(normed[int(k.split(".")[0])], torch.nn.BatchNorm2d)}
+    assert [v.shape for v in weights.values()] == [v.shape for v in plain.state_dict().values()]
+    assert all(torch.equal(a, b) for a, b in zip(weights.values(), plain.state_dict().values()))
+    assert normed(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_random_shift_moves_each_image_by_at_most_the_given_pixels():
+    """Each image moves by its own offset in [-pixels, pixels] per axis, the pixels moved in take the fill
+    value, and the offsets cover the whole range (all 9 for 1 pixel over 200 images)."""
+    images = torch.zeros(200, 1, 28, 28)
+    images[:, 0, 14, 14] = 1.0  # one bright pixel in the middle of each image
+    torch.manual_seed(0)
+    shifted = _common.random_shift(images, 1, fill=-0.5)
+    assert shifted.shape == images.shape
+    offsets = set()
+    for image in shifted[:, 0]:
+        (row, col), = (image == 1.0).nonzero().tolist()
+        offsets.add((row - 14, col - 14))
+        left = image.clone()
+        left[row, col] = 0.0
+        assert set(left.unique().tolist()) <= {0.0, -0.5}  # the image's zeros, and the fill at one edge at most
+    assert offsets == {(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+    assert _common.random_shift(images, 0) is images
+
+
+def test_mnist_shift_augments_training_batches_only(reports, monkeypatch):
+    """shift applies to every training batch and never to a validation batch (held-out digits as they are)."""
+    sizes, real = [], _common.random_shift
+
+    def spy(x, pixels, fill=0.0):
+        sizes.append((len(x), pixels, fill))
+        return real(x, pixels, fill)
+
+    monkeypatch.setattr(_common, "random_shift", spy)
+    mnist.train({**QUICK, "limit_train": 128, "shift": 2})
+    assert sizes == [(32, 2, pytest.approx(-mnist.MEAN / mnist.STD))] * 4, "4 training batches of 32, no others"
+    sizes.clear()
+    mnist.train({**QUICK, "limit_train": 128})
+    assert sizes == [], "no shift by default"
+
+
+def test_cosine_lr_schedule():
+    """cosine: the config's lr at step 0, half of it half-way, near 0 at the last of T steps; constant: none."""
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.2, momentum=0.9)
+    set_lr = _common.lr_schedule(optimizer, "cosine", 100)
+    rates = []
+    for step in (0, 50, 99, 100):
+        set_lr(step)
+        rates.append(optimizer.param_groups[0]["lr"])
+    assert rates == pytest.approx([0.2, 0.1, 0.2 * (1 + math.cos(math.pi * 0.99)) / 2, 0.0])
+    assert _common.lr_schedule(optimizer, "constant", 100) is None
+    with pytest.raises(ValueError, match=r"config lr_schedule: unknown schedule 'step'; allowed: constant \| cosine"):
+        _common.lr_schedule(optimizer, "step", 100)
+
+
+def test_mnist_cosine_schedule_anneals_over_all_epochs(reports):
+    """Through train(): after 2 epochs of 4 steps under cosine, the checkpoint's lr is that of step 7 of 8
+    (near 0), not of step 3 of 4 (one epoch's steps); under the default (constant) it is the config's lr."""
+    small = {**QUICK, "limit_train": 128, "epochs": 2}
+    mnist.train({**small, "lr_schedule": "cosine"})
+    lr = _optimizer_state(reports[-1][1])["param_groups"][0]["lr"]
+    assert lr == pytest.approx(QUICK["lr"] * (1 + math.cos(math.pi * 7 / 8)) / 2)
+    reports.clear()
+    mnist.train(small)
+    assert _optimizer_state(reports[-1][1])["param_groups"][0]["lr"] == QUICK["lr"]
+
+
 def test_mnist_adam_without_momentum(reports):
     """Adam with its own beta2; no momentum in the config (a conditional space leaves it out)."""
     mnist.train({**QUICK, "optimizer": "adam", "lr": 3e-3, "beta2": 0.99})
@@ -389,6 +491,11 @@ def test_example_config_errors():
         mnist.train({**QUICK, "fc_layers": 4})
     with pytest.raises(ValueError, match="widths must be positive"):
         mnist.build_model(fc_layers=2, hidden1=0)
+    for shift in (-1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match=r"config shift: .*allowed: a whole number of pixels >= 0"):
+            mnist.train({**QUICK, "shift": shift})
+    with pytest.raises(ValueError, match=r"config lr_schedule: unknown schedule 'linear'; allowed: constant \| cos"):
+        mnist.train({**QUICK, "lr_schedule": "linear"})
 
 
 # --------------------------------------------------------------------------- examples/resnet.py

@@ -13,13 +13,14 @@ def summary(path):
     return json.loads((path / "summary.json").read_text())
 
 
-def test_main_job_reaches_095(tmp_path, run_cli):
-    """The README's main job: 16 ASHA trials on the real MNIST digits reach val_accuracy >= 0.95."""
+def test_main_job_reaches_098(tmp_path, run_cli):
+    """The README's main job: 8 ASHA trials on the real MNIST digits reach val_accuracy >= 0.98 on the 1,000
+    held-out digits (its time is measured in docs/benchmarks.md, "The main job's time", not here)."""
     proc = run_cli("run", "search_spaces/mnist_asha.yaml", "--storage", tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     s = summary(tmp_path / "mnist-asha")
-    assert s["trials"] == {"total": 16, "by_status": {"TERMINATED": 16}}
-    assert s["best"]["metrics"]["val_accuracy"] >= 0.95
+    assert s["trials"] == {"total": 8, "by_status": {"TERMINATED": 8}}
+    assert s["best"]["metrics"]["val_accuracy"] >= 0.98
     assert_best_is_the_tables_best_row(tmp_path / "mnist-asha", s)
     assert f"Best trial {s['best']['trial_id']}: val_accuracy=" in proc.stdout
 
