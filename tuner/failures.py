@@ -36,7 +36,7 @@ from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CORRUPT_SUFFIX, EXP
                           SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
 from tuner.spec import stop_operator
 from tuner.spec.sections import Objective
-from tuner.state import load_state_file, newest_state_file, parse_state, read_state
+from tuner.state import load_state_file, newest_state_file, parse_result_lines, parse_state, read_state
 
 _COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
 
@@ -467,12 +467,8 @@ def fall_back_to_existing_checkpoints(experiment_path: str | os.PathLike,
         if gone is None or saved.latest_exists(present):
             continue
         known = saved.known()
-        for line in (read_text(join(folder, RESULT_FILE)) or "").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and row.get(RESULT_CHECKPOINT_KEY) in present:
+        for row in parse_result_lines(read_text(join(folder, RESULT_FILE)) or ""):
+            if row.get(RESULT_CHECKPOINT_KEY) in present:
                 known.setdefault(row[RESULT_CHECKPOINT_KEY], row)
         usable = sorted(present & set(known))
         chosen = usable[-1] if usable else None

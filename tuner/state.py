@@ -1,4 +1,4 @@
-"""Ray Tune's experiment state (``experiment_state-*.json``), read without Ray.
+"""Ray Tune's experiment state (``experiment_state-*.json``), and a trial's ``result.json`` lines, read without Ray.
 
 The one reader of that file: resuming (:mod:`tuner.failures`) and ``tuner report``
 (:mod:`tuner.report`) both read the trials from it, and the state snapshots are kept
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tuner.layout import EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
 
-__all__ = ["ExperimentState", "state_files", "newest_state_file", "parse_state", "load_state_file", "read_state"]
+__all__ = ["ExperimentState", "state_files", "newest_state_file", "parse_state", "load_state_file", "read_state",
+           "parse_result_lines"]
 
 
 def state_files(folder: str | os.PathLike) -> list[Path]:
@@ -102,3 +103,25 @@ def read_state(experiment_path: str | os.PathLike) -> ExperimentState | None:
         if data is not None:
             return ExperimentState(file, data, mtime)
     return None
+
+
+def parse_result_lines(text: str) -> list[dict]:
+    """A trial's results, one dict per line of its ``result.json`` (Ray Tune's ``JsonLogger`` format).
+
+    A line that does not parse as a JSON object (a half-written last line) is skipped.
+
+    Args:
+        text: The file's text.
+
+    Returns:
+        The results, in the file's order.
+    """
+    rows: list[dict] = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -34,7 +34,7 @@ from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, distributions, flatten,
 from tuner.schedule import best_schedule, is_pbt_experiment, read_perturbations
 from tuner.spec import Spec, SpecError, load_spec
 from tuner.spec.sections import Constraint, Objective
-from tuner.state import ExperimentState, read_state
+from tuner.state import ExperimentState, parse_result_lines, read_state
 
 __all__ = ["Experiment", "ReportError", "load_experiment"]
 
@@ -271,19 +271,11 @@ def _py(value: Any) -> Any:
 
 def _results(file: Path) -> list[dict]:
     """The trial's results, one dict per line of ``result.json``; a half-written last line is skipped."""
-    rows: list[dict] = []
     try:
         text = file.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return rows
-    for line in text.splitlines():
-        try:
-            result = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(result, dict):
-            rows.append(result)
-    return rows
+        return []
+    return parse_result_lines(text)
 
 
 def _progress_rows(file: Path) -> list[dict]:
