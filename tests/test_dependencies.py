@@ -136,3 +136,13 @@ def test_ray_is_bound_to_the_minor_version_tuner_is_tested_with():
     assert tested in ray.specifier
     assert Version(f"{tested.major}.{tested.minor + 1}.0") not in ray.specifier, f"{ray}: no upper bound"
     assert Version(f"{tested.major}.{tested.minor}.99") in ray.specifier
+
+
+@pytest.mark.xdist_group("test_dependencies")
+def test_xdist_keeps_a_group_on_one_worker(request):
+    """Under `--dist loadgroup` (pyproject's addopts) a module marked xdist_group runs on one worker, so its
+    module-scoped runs are made once: pytest-xdist does it by adding ``@<group>`` to each node id, which
+    pytest 9.2.0's node ids no longer take (the suite then took 38 minutes instead of 21)."""
+    if not request.config.getvalue("loadgroup"):
+        pytest.skip("not run under pytest-xdist's --dist loadgroup")
+    assert request.node.nodeid.endswith("@test_dependencies"), request.node.nodeid

@@ -106,17 +106,22 @@ def test_asha_first_trial_at_a_rung_goes_on_so_small_experiments_run_above_the_p
 
 def test_the_plan_and_the_time_lines_simulate_asha_at_the_trials_that_fit(tmp_path):
     from tuner.engine import plan, prepare
+    from tuner.forecast import trials_at_once
     from tuner.measure import Measurement, time_lines
 
     raw = {"name": "p", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
            "num_samples": 16, "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}},
            "scheduler": MAIN_LIKE, "storage": str(tmp_path)}
     prepared = prepare(raw, num_cpus=3)
-    fc = forecast(load_spec(raw), 16, 3)
-    assert fc.at_once == 3 and describe(fc)[1] in plan(prepared).splitlines()
-    assert "simulated 200 times at 3 trials at a time" in describe(fc)[1]
+    # The trials that fit: 3 of --num-cpus 3, or the CPUs of a Ray this xdist worker already
+    # started (an earlier test's session; Ray then ignores num_cpus).
+    at_once = trials_at_once(prepared.spec, prepared.cluster, 16)
+    assert at_once == int(prepared.cluster.per_node[0][0])
+    fc = forecast(load_spec(raw), 16, at_once)
+    assert fc.at_once == at_once and describe(fc)[1] in plan(prepared).splitlines()
+    assert f"simulated 200 times at {at_once} trials at a time" in describe(fc)[1]
     wall = time_lines(prepared, Measurement(2.0, 1, None, "test"))[-1]
-    assert wall.startswith(f"wall time:  ~{fc.expected_total * 2 / 3:.3g} s")
+    assert wall.startswith(f"wall time:  ~{fc.expected_total * 2 / at_once:.3g} s")
 
 
 def test_asha_papers_rule_keeps_one_in_rf_at_each_rung_and_serves_above_the_simulated_trials():

@@ -237,8 +237,12 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli):
     spec, result = pbt
     exp = Path(result.experiment_path)
     schedules = {t: best_schedule(exp, t)["schedule"] for t in sorted({p["trial_id"] for p in result.perturbations})}
-    # a trial whose lr changes (a replay that never switched config would not pass), the latest change first
-    switching = sorted((t for t, steps in schedules.items() if len({s["config"]["lr"] for s in steps}) > 1),
+    # a trial whose config changes (a replay that never switched config would not pass), the latest change
+    # first: its lr or its width (every exploit may keep lr: the top trial's 0.8 mutates to 0.8 or 0.4)
+    def changes(steps: list[dict]) -> bool:
+        return len({(s["config"]["lr"], s["config"]["opt"]["width"]) for s in steps}) > 1
+
+    switching = sorted((t for t, steps in schedules.items() if changes(steps)),
                        key=lambda t: (-schedules[t][-1]["from_iteration"], t))
     assert switching, schedules
     trial_id = switching[0]
@@ -253,9 +257,11 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli):
     assert (replay / SPEC_SNAPSHOT).read_text().startswith("# A replay (tuner run --replay)")
     folders = [p for p in replay.iterdir() if p.is_dir() and (p / PROGRESS_FILE).is_file()]
     assert len(folders) == 1
-    lr = _lr_by_iteration(folders[0])
-    expected = {i: [s for s in steps if s["from_iteration"] <= i][-1]["config"]["lr"] for i in range(1, 7)}
-    assert lr == expected, "the replay left the schedule, or ended before stop.training_iteration"
+    with open(folders[0] / PROGRESS_FILE, newline="") as f:
+        seen = {int(r["training_iteration"]): (float(r["lr"]), int(r["width"])) for r in csv.DictReader(f)}
+    config = {i: [s for s in steps if s["from_iteration"] <= i][-1]["config"] for i in range(1, 7)}
+    assert seen == {i: (c["lr"], c["opt"]["width"]) for i, c in config.items()}, \
+        "the replay left the schedule, or ended before stop.training_iteration"
     # the replayed trial's seed (results.csv), also inside the replay's trial (trial.seed())
     with open(exp / RESULTS_CSV, newline="") as f:
         seeds = {r["trial_id"]: int(r["trial_seed"]) for r in csv.DictReader(f)}

@@ -131,7 +131,6 @@ def slow(config):
 def ddp_probe(config):
     """Trains a tiny linear model under DDP; reports what each rank sees and resumes from checkpoints."""
     import json
-    import os
 
     import torch
     import torch.distributed as dist
@@ -172,9 +171,34 @@ def ddp_probe(config):
             "rank": trial.rank(), "per_worker_batch": batch, "shards": json.dumps(gathered), "starts": json.dumps(starts),
             "device": str(trial.device()), "x": config.get("x", 0.0), "seeds": json.dumps(rank_seeds),
         }, checkpoint_dir=folder)
-        if config.get("fail_at_epoch") == epoch and not os.path.exists(config["fail_marker"]):
-            open(config["fail_marker"], "w").close()
-            raise RuntimeError("simulated worker crash")
+        if config.get("fail_at_epoch") == epoch:
+            _crash_after_the_report(config["fail_marker"])
+
+
+def _crash_after_the_report(marker: str) -> None:
+    """Every rank of a DDP trial fails once (the first time any reaches here), after the controller
+    took every rank's last report: the group then restarts from that report's checkpoint. (Failing
+    at once would race Ray Train: a rank that fails before rank 0's checkpoint upload is queued
+    loses the round, and the group restarts from the checkpoint before.)"""
+    import time
+
+    import torch.distributed as dist
+
+    from tuner.ray_internals import train_reports_pending
+
+    crash = not os.path.exists(marker)
+    if trial.world_size() > 1:
+        dist.barrier()  # every rank has decided before rank 0 writes the marker
+    if not crash:
+        return
+    waited = time.monotonic()
+    while train_reports_pending() and time.monotonic() - waited < 300:  # a gate: the controller's next poll
+        time.sleep(0.05)
+    if trial.world_size() > 1:
+        dist.barrier()
+    if trial.is_main_process():
+        open(marker, "w").close()
+    raise RuntimeError("simulated worker crash")
 
 
 def gpu_probe(config):
@@ -747,7 +771,8 @@ def pbt_member(config):
     """A PBT population member: ``score`` grows by ``lr`` each iteration (so a larger lr is better).
 
     Checkpoints every iteration and continues from the checkpoint it is given (its own after a
-    pause, the cloned trial's after an exploit); reports ``lr`` too, so a test sees when it changed.
+    pause, the cloned trial's after an exploit); reports ``lr`` and ``opt.width`` (as ``width``, 0
+    without one) too, so a test sees when they changed.
     """
     state = {"i": 0, "score": 0.0}
     ckpt = trial.get_checkpoint()
@@ -759,8 +784,8 @@ def pbt_member(config):
         folder = tempfile.mkdtemp()
         with open(os.path.join(folder, "state.json"), "w") as f:
             json.dump(state, f)
-        trial.report({"score": state["score"], "lr": float(config["lr"]), "seed_seen": trial.seed()},
-                     checkpoint_dir=folder)
+        trial.report({"score": state["score"], "lr": float(config["lr"]), "seed_seen": trial.seed(),
+                      "width": int((config.get("opt") or {}).get("width", 0))}, checkpoint_dir=folder)
 
 
 def accuracy_cost(config):

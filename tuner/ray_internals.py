@@ -24,7 +24,8 @@ __all__ = [
     # the trial's process
     "tune_session", "guard_session_report", "report_train_checkpoints", "trial_id_in_config", "in_tune_session",
     "trainable_config", "trial_creation_index", "TRAIN_CHECKPOINT_DIR",
-    "placement_group", "lean_torch_trainer", "lean_train_env", "TRAIN_HEALTH_CHECK_INTERVAL_ENV",
+    "placement_group", "train_reports_pending", "lean_torch_trainer", "lean_train_env",
+    "TRAIN_HEALTH_CHECK_INTERVAL_ENV",
     "TRAIN_PREEMPTION_WATCHER_ENV",
     # Ray Tune's trials, experiment state and results
     "trial_dir_name", "name_trial_dir", "experiment_fs_path", "result_grid_trials", "saved_trials",
@@ -208,6 +209,24 @@ def placement_group(pg_id: str) -> Any:
     from ray.util.placement_group import PlacementGroup
 
     return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+
+
+def train_reports_pending() -> int:
+    """Reports this Ray Train V2 worker made that the controller has not taken yet (0 outside one).
+
+    ``ray.train.report`` only queues a report on the worker
+    (``ray.train.v2._internal.execution.context.get_train_context().execution_context.result_queue``,
+    Ray 2.60); the controller takes it at its next poll of the worker group, and consolidates a
+    round once every rank's report is in. A worker that fails before then loses the round: the
+    group restarts from the checkpoint before it. The tests' DDP trainables wait for 0 before a
+    simulated crash (the crash lands after its checkpoint, as the tests mean it to).
+    """
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context
+
+        return get_train_context().execution_context.result_queue.unfinished_tasks
+    except Exception:  # noqa: BLE001 - not in a Ray Train V2 worker
+        return 0
 
 
 #: Ray Train V2's controller reads these environment variables (``ray.train.v2._internal.constants``,
