@@ -112,7 +112,7 @@ def main(argv=None) -> None:
     rows = []
     began = time.perf_counter()
     jobs = [(label, [toy_spec(scheduler, args.trials, args.max_t, seed) for seed in range(args.seeds)])
-            for label, scheduler in configs(args.max_t)]
+            for label, scheduler in configs(args.max_t) if args.seeds]  # --seeds 0: the main job alone
     if args.main_job:
         jobs.append(("main job (search_spaces/mnist_asha.yaml)", [main_job_spec()] * args.main_job))
     with tempfile.TemporaryDirectory() as storage:
