@@ -374,3 +374,20 @@ def test_the_plan_says_how_much_of_the_time_budget_the_run_takes():
     assert describe_estimate(fc, est, 60) == [
         f"wall time:  ~{_duration(wall)} (at most 54 s) at 3 trials at a time (expected trial-iterations x 2 s / 3)",
         f"budget:     fits time_budget_s 60 s (~{wall / 60:.0%} of it)"]
+
+
+def test_the_readmes_forecast_figures_are_what_the_forecast_gives():
+    """The README quotes the forecast for the main job as it is (25) and its example line for 16 trials, rungs
+    1, 3 and 9, 2 at a time (63, 40 to 83.5): both are seeded, so a change to the simulation or to the main
+    job's spec that moves them must change the README too."""
+    from tests.fixtures.paths import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    main = forecast(load_spec(ROOT / "search_spaces" / "mnist_asha.yaml"), 8, 2)
+    assert f"it forecasts {main.expected_total:g}:" in readme
+    assert f"expected {main.expected_total:g} (10th-90th percentile {main.expected_low:.3g} to " \
+           f"{main.expected_high:.3g})" in describe(main)[1]
+    example = forecast(_spec(MAIN_LIKE, num_samples=16), 16, 2)
+    line = (f"expected {example.expected_total:g} (10th-90th percentile {example.expected_low:g} to "
+            f"{example.expected_high:g}) under asha")
+    assert line in readme, line
