@@ -572,15 +572,12 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
     def keep_clone_source(self, trial, checkpoint, metrics):
         from ray.tune import Checkpoint
 
-        from tuner.layout import CLONE_SOURCES_DIR
-        from tuner.ray_internals import experiment_fs_path
         from tuner.storage import copy_tree, delete_tree
 
-        experiment = experiment_fs_path(trial)
-        if experiment is None or not getattr(checkpoint, "path", None):
+        folder = self._clone_sources_folder(trial)
+        if folder is None or not getattr(checkpoint, "path", None):
             return checkpoint
         fs = checkpoint.filesystem
-        folder = f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}"
         source = checkpoint.path.rstrip("/")
         if source.startswith(folder + "/"):
             return checkpoint  # kept already
@@ -597,6 +594,16 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
         copy_tree(fs, source, kept)
         self._delete_clone_sources(fs, folder, in_use | {kept})
         return Checkpoint(kept, filesystem=fs)
+
+    @staticmethod
+    def _clone_sources_folder(trial) -> str | None:
+        """``<experiment>/pbt_clones`` for ``trial``'s experiment (:data:`tuner.layout.CLONE_SOURCES_DIR`),
+        or None when Ray has not placed the trial in one."""
+        from tuner.layout import CLONE_SOURCES_DIR
+        from tuner.ray_internals import experiment_fs_path
+
+        experiment = experiment_fs_path(trial)
+        return None if experiment is None else f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}"
 
     def _clone_sources_in_use(self, besides: Any = None) -> set[str]:
         """The paths of the checkpoints a trial can still restore from: the clone sources kept for
@@ -623,20 +630,16 @@ class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
 
     def _trial_ended(self, trial) -> None:
         """Delete the copies no trial can restore from once ``trial`` has ended (it is cloned no more)."""
-        from tuner.layout import CLONE_SOURCES_DIR
-        from tuner.ray_internals import experiment_fs_path
-
-        experiment = experiment_fs_path(trial)
+        folder = self._clone_sources_folder(trial)
         sources = ray_internals.pbt_clone_sources(self)
         for ended in [t for t in sources if t is trial or t.is_finished()]:
             ray_internals.drop_pbt_clone_source(self, ended)  # deleted below; a restarted trial gets a new one
         known = [*sources.values(),
                  *(t.checkpoint for t in ray_internals.pbt_population(self) if t.checkpoint is not None)]
         fs = next((c.filesystem for c in known if getattr(c, "filesystem", None) is not None), None)
-        if experiment is None or fs is None:
+        if folder is None or fs is None:
             return  # no checkpoint anywhere: nothing was kept
-        self._delete_clone_sources(fs, f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}",
-                                   self._clone_sources_in_use(besides=trial))
+        self._delete_clone_sources(fs, folder, self._clone_sources_in_use(besides=trial))
 
     def on_trial_complete(self, tune_controller, trial, result) -> None:
         super().on_trial_complete(tune_controller, trial, result)  # type: ignore[misc]

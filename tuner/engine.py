@@ -451,8 +451,7 @@ def plan(prepared: Prepared) -> str:
         lines += describe_resources(spec, prepared.cluster)
     else:
         lines.append(f"cluster:    {prepared.address} (resources are checked once connected)")
-    at_once = None if prepared.cluster is None else forecast.trials_at_once(spec, prepared.cluster, trials)
-    lines += forecast.describe(forecast.forecast(spec, trials, at_once))
+    lines += forecast.describe(forecast.forecast_on(spec, prepared.cluster, trials)[0])
     return "\n".join(lines)
 
 
@@ -1062,12 +1061,10 @@ def save_run_record(prepared: Prepared) -> None:
 def _forecast_record(prepared: Prepared) -> dict[str, Any]:
     """The budget forecast at run start (:func:`tuner.forecast.forecast`), with the trials that run at once
     (None when the cluster's resources are not known yet)."""
-    from tuner.forecast import forecast, trials_at_once
-    from tuner.space import grid_size
+    from tuner.forecast import forecast_on
 
-    trials = grid_size(prepared.spec) * prepared.spec.num_samples
-    at_once = None if prepared.cluster is None else trials_at_once(prepared.spec, prepared.cluster, trials)
-    return {**forecast(prepared.spec, trials, at_once).as_dict(), "trials_at_once": at_once}
+    fc, at_once = forecast_on(prepared.spec, prepared.cluster)
+    return {**fc.as_dict(), "trials_at_once": at_once}
 
 
 def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:

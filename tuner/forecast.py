@@ -48,7 +48,8 @@ from typing import Any
 
 from tuner.spec import Spec
 
-__all__ = ["Forecast", "Estimate", "forecast", "estimate", "describe", "describe_estimate", "trials_at_once",
+__all__ = ["Forecast", "Estimate", "forecast", "forecast_on", "estimate", "describe", "describe_estimate",
+           "trials_at_once",
            "simulate_asha", "asha_evaluations", "asha_paper", "simulation_runs", "MAX_SIMULATED_TRIALS",
            "ITERATIONS", "SECONDS", "SIMULATIONS", "SEED", "SPEED_SPREAD"]
 
@@ -178,11 +179,7 @@ def forecast(spec: Spec, trials: int | None = None, at_once: int | None = None, 
         trials = grid_size(spec) * spec.num_samples
     sched = spec.scheduler
     unit = sched.time_attr
-    stop_cap = _ceil(unit, spec.stop[unit]) if spec.stop and unit in spec.stop else None
-    max_t = _ceil(unit, spec.scheduler_max_t) if hasattr(sched, "max_t") else None
-    stops_at_max_t = getattr(sched, "stop_last_trials", True)
-    caps = [c for c in (stop_cap, max_t if stops_at_max_t else None) if c is not None]
-    per_trial = min(caps) if caps else None
+    per_trial, stop_cap = _caps(spec)
     notes = _notes(spec)
     rule = _SOURCES[sched.type]
     slots = max(1, at_once if at_once is not None else spec.max_concurrent_trials or 1)
@@ -205,6 +202,18 @@ def forecast(spec: Spec, trials: int | None = None, at_once: int | None = None, 
     if sched.type in ("hyperband", "bohb"):
         expected = _hyperband(spec, trials, per_trial, stop_cap)
     return Forecast(trials, unit, per_trial, max_total, expected, sched.type, rule, notes)
+
+
+def _caps(spec: Spec) -> tuple[float | None, float | None]:
+    """``(per_trial, stop_cap)``: the most one trial runs (``scheduler.max_t`` where the scheduler stops
+    trials there, or ``stop``'s threshold, the smaller; None without either) and ``stop``'s threshold
+    alone (None without one), in ``time_attr`` units."""
+    sched = spec.scheduler
+    unit = sched.time_attr
+    stop_cap = _ceil(unit, spec.stop[unit]) if spec.stop and unit in spec.stop else None
+    max_t = _ceil(unit, spec.scheduler_max_t) if hasattr(sched, "max_t") else None
+    caps = [c for c in (stop_cap, max_t if getattr(sched, "stop_last_trials", True) else None) if c is not None]
+    return (min(caps) if caps else None), stop_cap
 
 
 def _ceil(unit: str, value: float) -> float:
@@ -358,10 +367,10 @@ def simulate_asha(spec: Spec, trials: int, at_once: int, *, runs: int = SIMULATI
 
     s = spec.scheduler
     unit = s.time_attr
-    stop_cap = _ceil(unit, spec.stop[unit]) if spec.stop and unit in spec.stop else None
-    max_t = _ceil(unit, spec.scheduler_max_t)
     last = getattr(s, "stop_last_trials", True)
-    cap = min(c for c in (stop_cap, max_t if last else None) if c is not None)
+    cap = _caps(spec)[0]
+    if cap is None:
+        raise ValueError("no trial has an end: the spec has no stop and the scheduler's stop_last_trials is false")
     brackets = bracket_rungs(spec)
     sizes = [len(b) for b in brackets]
     weights = [math.exp(n - max(sizes)) for n in sizes]  # Ray's AsyncHyperBandScheduler.on_trial_add
@@ -467,6 +476,28 @@ def trials_at_once(spec: Spec, cluster: Any, trials: int) -> int:
     fit = trials_that_fit(spec, cluster)
     caps = [fit, trials] + ([spec.max_concurrent_trials] if spec.max_concurrent_trials is not None else [])
     return max(0, min(caps))
+
+
+def forecast_on(spec: Spec, cluster: Any | None, trials: int | None = None) -> tuple[Forecast, int | None]:
+    """The forecast at the trials that run at once on ``cluster``, and that count.
+
+    Args:
+        spec: The validated spec.
+        cluster: A :class:`tuner.resources.ClusterResources`, or None when it is not known
+            yet (an address not connected to).
+        trials: Trials the experiment runs, when the caller has counted them; default: the
+            grid size x ``num_samples`` (:func:`tuner.space.grid_size`).
+
+    Returns:
+        ``(forecast(spec, trials, at_once), at_once)``, with ``at_once`` from
+        :func:`trials_at_once` (None without a cluster).
+    """
+    if trials is None:
+        from tuner.space import grid_size
+
+        trials = grid_size(spec) * spec.num_samples
+    at_once = None if cluster is None else trials_at_once(spec, cluster, trials)
+    return forecast(spec, trials, at_once), at_once
 
 
 def estimate(fc: Forecast, seconds_per_unit: float, at_once: int, gpus_per_trial: float,

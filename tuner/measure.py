@@ -197,13 +197,10 @@ def time_lines(prepared: Any, measurement: Measurement | None) -> list[str]:
     Returns:
         Lines for ``tuner validate``; empty when there is nothing to turn into time.
     """
-    from tuner.forecast import ITERATIONS, SECONDS, describe_estimate, estimate, forecast, trials_at_once
-    from tuner.space import grid_size
+    from tuner.forecast import ITERATIONS, SECONDS, describe_estimate, estimate, forecast_on
 
     spec = prepared.spec
-    trials = grid_size(spec) * spec.num_samples
-    at_once = None if prepared.cluster is None else trials_at_once(spec, prepared.cluster, trials)
-    fc = forecast(spec, trials, at_once)
+    fc, at_once = forecast_on(spec, prepared.cluster)
     lines = [measurement.describe()] if measurement is not None else []
     if fc.unit == SECONDS:
         rate = 1.0

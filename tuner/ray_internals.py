@@ -494,12 +494,16 @@ class SavedCheckpoints:
         checkpoint = latest.checkpoint  # another trial's (a PBT exploit): where it was recorded
         return checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound
 
-    def known(self) -> dict[str, dict]:
-        """The trial's own recorded checkpoints (kept and latest): folder name -> the metrics reported with it."""
+    def _recorded(self) -> dict[str, Any]:
+        """The trial's own recorded checkpoints (kept and latest): folder name -> its ``_TrainingResult``."""
         if self._manager is None:
             return {}
         results = [*self._manager._checkpoint_results, self._latest()]
-        return {self._split(r)[1]: dict(r.metrics) for r in results if r is not None and self._own(r)}
+        return {self._split(r)[1]: r for r in results if r is not None and self._own(r)}
+
+    def known(self) -> dict[str, dict]:
+        """The trial's own recorded checkpoints (kept and latest): folder name -> the metrics reported with it."""
+        return {name: dict(r.metrics) for name, r in self._recorded().items()}
 
     def point_at(self, name: str | None, present: set[str], metrics: dict | None = None) -> None:
         """Make the trial's own checkpoint ``name`` the latest (None: no checkpoint, the trial starts over),
@@ -514,8 +518,7 @@ class SavedCheckpoints:
         from ray.train._internal.session import _TrainingResult
 
         manager = self._manager
-        recorded = {self._split(r)[1]: r for r in [*manager._checkpoint_results, self._latest()]
-                    if r is not None and self._own(r)}
+        recorded = self._recorded()
         manager._checkpoint_results = [r for r in manager._checkpoint_results
                                        if not self._own(r) or self._split(r)[1] in present]
         chosen = None
