@@ -561,6 +561,14 @@ def test_set_errors_come_from_the_command_line(tmp_path, run_cli, make_spec):
     assert bad.returncode == 2 and bad.stderr == (
         "tuner: error: --set scheduler.max_t=0: scheduler.max_t: must be greater than or equal to 1, but got 0 (int).\n")
     assert not (tmp_path / "runs").exists()
+    # --name and --num-samples are checked as the spec's fields are, and the error names the flag.
+    for args, error in ((["--num-samples", "0"], "--num-samples 0: num_samples: must be greater than or equal to 1, "
+                                                   "but got 0 (int)."),
+                        (["--name", "a/b"], "--name a/b: name: name may hold only letters, digits, '.', '_' and '-' "
+                                            "(no '/', not '..'), but got 'a/b'.")):
+        flag = run_cli("run", spec, *args, "--storage", tmp_path / "runs", timeout=60)
+        assert (flag.returncode, flag.stdout, flag.stderr) == (2, "", f"tuner: error: {error}\n"), args
+    assert not (tmp_path / "runs").exists()
     ok = run_cli("validate", spec, "--num-cpus", "2", "--set", "param_space.data_dir=/data", "--set", "resources.gpu=0",
                  "--set", "stop.loss=0.5", timeout=60)
     assert ok.returncode == 0, ok.stderr

@@ -317,7 +317,10 @@ def train(config):
         if os.path.exists(config["gate"]):
             break
         time.sleep(0.2)
-    trial.report({"loss": config["x"], "probe": tuner_pip_probe.VALUE})
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the job's copy of the working dir
+    trial.report({"loss": config["x"], "probe": tuner_pip_probe.VALUE,
+                  "kept": os.path.exists(os.path.join(here, "notes.txt")),
+                  "ignored_shipped": os.path.exists(os.path.join(here, "ignored.txt"))})
 """
 
 OUTSIDE_SPEC = """\
@@ -333,12 +336,13 @@ reporting: {cli: false}
 
 
 def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_path, run_cli):
-    """One job shows three things of `tuner submit`.
+    """One job shows four things of `tuner submit`.
 
     * A spec outside ``--working-dir`` travels with the job, and its relative trainable
       path resolves against the working directory there.
     * ``--pip`` reaches the job's runtime_env: the job's driver and its trial import a
       package that only a local wheel given to ``--pip`` holds.
+    * The working directory travels less what its ``.gitignore`` lists.
     * ``--follow`` streams: the job's own first line arrives while the job is RUNNING
       (its trial waits for a gate file that the test creates only then), and the
       command ends with the job, on its final status.
@@ -347,6 +351,9 @@ def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_
     work = tmp_path / "work"
     (work / "trainables").mkdir(parents=True)
     (work / "trainables" / "gated.py").write_text(GATED_TRAINABLE)
+    (work / ".gitignore").write_text("ignored.txt\n")  # README: the working directory, less what .gitignore lists
+    (work / "ignored.txt").write_text("stays behind")
+    (work / "notes.txt").write_text("travels")
     (tmp_path / "specs").mkdir()
     spec = tmp_path / "specs" / "outside.yaml"
     spec.write_text(OUTSIDE_SPEC)
@@ -385,6 +392,7 @@ def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_
     assert any(line.startswith("Best trial") for line in lines[first:]), out
     df = pd.read_csv(tmp_path / "shared" / "outside" / "results.csv")
     assert list(df["status"]) == ["TERMINATED"] and list(df["probe"]) == [42], df.to_dict("records")
+    assert (list(df["kept"]), list(df["ignored_shipped"])) == ([True], [False]), "a .gitignore'd file stays behind"
 
 
 def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_path, run_cli):
@@ -494,3 +502,33 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli)
         f"{name} ran epochs 0-1 on the lost node and went on elsewhere from its checkpoint: {trial}"
     for name, trial in rows.items():
         assert [epoch for epoch, _ in trial] == list(range(6)), f"{name}: {trial}"
+
+
+WANDB_KEY_PROBE = """\
+import json, os, sys
+from tuner.cluster import ray_session
+import tuner.reporting as reporting
+
+address = sys.argv[1] if len(sys.argv) > 1 else None
+with ray_session(num_cpus=None if address else 1, address=address):
+    cls = reporting.WandbCallback
+    print(json.dumps([cls(project="p", mode=mode).actor_env() for mode in ("online", "offline", "disabled")]))
+"""
+
+
+def test_the_wandb_key_travels_only_for_an_online_run_on_a_cluster_tuner_did_not_start(cluster, tmp_path):
+    """README: "tuner passes the W&B key to Ray only for an online run on a cluster it did not start". The
+    logging actor's runtime_env (WandbCallback.actor_env) on this cluster: the key for mode online, none
+    offline or disabled; on a local Ray that tuner starts (whose workers inherit the environment): none."""
+    pytest.importorskip("wandb")
+    key = "k" * 40
+    probe = tmp_path / "probe.py"
+    probe.write_text(WANDB_KEY_PROBE)
+    env = {**os.environ, **client_env(cluster), "WANDB_API_KEY": key, "PYTHONPATH": str(ROOT)}
+    seen = {}
+    for where, args in (("cluster", [cluster["address"]]), ("local", [])):
+        proc = subprocess.run([sys.executable, str(probe), *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seen[where] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"cluster": [{"WANDB_API_KEY": key}, {}, {}], "local": [{}, {}, {}]}

@@ -554,3 +554,19 @@ def test_resnet_trains_on_a_cifar_folder(reports, tmp_path, monkeypatch):
     assert resnet.load_data({**resnet.DEFAULTS, "data_dir": folder})[0].shape == (320, 3, 32, 32)
     monkeypatch.setenv("TUNER_CIFAR_DIR", folder)
     assert resnet.load_data({**resnet.DEFAULTS, "n_train": 30, "n_val": 10})[0].shape == (30, 3, 32, 32)
+
+
+def test_the_readmes_mnist_defaults_are_the_examples():
+    """README's "Data for the examples" names each config key of examples/mnist.py:train with its default, in
+    brackets after it (`lr` (0.02)); each is DEFAULTS', and every key of DEFAULTS is named."""
+    import re
+
+    from tests.fixtures.paths import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    part = text[text.index("- `examples/mnist.py:train`"):text.index("- `examples/cifar.py:train` and")]
+    part = " ".join(part.split())
+    said = {key: value for key, value in re.findall(r"`(\w+)` \(`?([\w.]+)`?[,:)]", part)}
+    expected = {key: str(value).lower() for key, value in mnist.DEFAULTS.items() if value is not None}
+    assert {key: said.get(key) for key in expected} == expected
+    assert all(f"`{key}`" in part for key in mnist.DEFAULTS), "every key is named"

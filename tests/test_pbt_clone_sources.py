@@ -1,5 +1,5 @@
 """PBT's clone sources outlive the top trials' num_to_keep, and go once no trial can restore from them
-(tuner.algorithms.KeepsCloneSources).
+(tuner.population.KeepsCloneSources).
 
 A population of 6 on 2 CPUs, each trial checkpointing every iteration with ``num_to_keep: 1``
 (tests.trainables:clone_sources_member, whose score grows by its lr): by the time a bottom trial clones a

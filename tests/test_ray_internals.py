@@ -246,7 +246,7 @@ ROUTED = {
     "CLIReporterHooks": ("tuner.reporting.TableReporter", ("table_best_trial", "edit_table")),
     "TBXLoggerHooks": ("tuner.reporting.HParamsTBXCallback", ("log_hparams",)),
     "WandbLoggerHooks": ("tuner.reporting.WandbCallback", ("init_kwargs", "actor_env")),
-    "PBTCloneSourceHooks": ("tuner.algorithms._PopulationBasedTraining", ()),
+    "PBTCloneSourceHooks": ("tuner.population.TunerPBT", ()),
     "StagedResultFileHooks": ("tuner.reporting.JsonLogger", ()),
 }
 
@@ -493,7 +493,7 @@ INTERNALS = [
              all_of(_called(lambda cls: cls._setup_study, source_has("self._ot_study = ot.study.create_study(")),
                     _called(lambda cls: cls.set_search_properties, source_has("self._setup_study("))),
              via="optuna_study"),
-    Internal("ray.tune.search.bohb.TuneBOHB", "tuner/algorithms.py: _WarmBOHB (warm start: earlier trials told "
+    Internal("ray.tune.search.bohb.TuneBOHB", "tuner/bohb.py: WarmBOHB (warm start: earlier trials told "
              "to hpbandster)",
              all_of(_called(lambda cls: cls._setup_bohb, source_has("self.bohber = BOHB(")),
                     _called(lambda cls: cls.on_trial_result, source_has("self.bohber.new_result("))),
@@ -557,28 +557,28 @@ INTERNALS = [
     Internal("ray.tune.schedulers.PopulationBasedTraining", "tests/test_pbt.py (the count of exploits)",
              _called(lambda cls: cls(hyperparam_mutations={"x": [1, 2]}), attrs("_num_perturbations")),
              via="pbt_perturbations"),
-    Internal("ray.tune.schedulers.PopulationBasedTraining", "tuner/algorithms.py: KeepsCloneSources",
+    Internal("ray.tune.schedulers.PopulationBasedTraining", "tuner/population.py: KeepsCloneSources",
              _mixin_fits("PBTCloneSourceHooks", "keep_clone_source"), via="PBTCloneSourceHooks"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._checkpoint_or_exploit",
-             "tuner/algorithms.py: KeepsCloneSources (a top trial's clone source, kept in last_checkpoint)",
+             "tuner/population.py: KeepsCloneSources (a top trial's clone source, kept in last_checkpoint)",
              all_of(params("trial", "tune_controller", "upper_quantile", "lower_quantile"),
                     source_has("state.last_checkpoint = tune_controller._schedule_trial_save(",
                                "state.last_checkpoint = trial.checkpoint", "last_checkpoint.resolve()")),
              via="PBTCloneSourceHooks"),
-    Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/algorithms.py: KeepsCloneSources",
+    Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/population.py: KeepsCloneSources",
              _called(lambda cls: cls(SimpleNamespace(experiment_tag="t")), attrs("last_checkpoint", "last_result")), via="pbt_clone_sources"),
-    Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/algorithms.py: KeepsCloneSources (an ended trial's "
+    Internal("ray.tune.schedulers.pbt._PBTTrialState", "tuner/population.py: KeepsCloneSources (an ended trial's "
              "clone source is forgotten, as Ray does for a trial that is not a top one)",
              _called(lambda cls: cls(SimpleNamespace(experiment_tag="t")), attrs("last_checkpoint")),
              via="drop_pbt_clone_source"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._checkpoint_or_exploit",
-             "tuner/algorithms.py: KeepsCloneSources (Ray forgets the source of a trial that is not a top one)",
+             "tuner/population.py: KeepsCloneSources (Ray forgets the source of a trial that is not a top one)",
              source_has("state.last_checkpoint = None"), via="drop_pbt_clone_source"),
-    Internal("ray.tune.experiment.Trial.latest_checkpoint_result", "tuner/algorithms.py: KeepsCloneSources (the "
+    Internal("ray.tune.experiment.Trial.latest_checkpoint_result", "tuner/population.py: KeepsCloneSources (the "
              "iteration a kept checkpoint was reported at names its copy)",
              lambda prop: source_has("self.run_metadata.checkpoint_manager.latest_checkpoint_result")(prop.fget),
              via="trial_checkpoint_metrics"),
-    Internal("ray.train._internal.session._TrainingResult", "tuner/algorithms.py: KeepsCloneSources (a checkpoint "
+    Internal("ray.train._internal.session._TrainingResult", "tuner/population.py: KeepsCloneSources (a checkpoint "
              "with the result it was reported with)", params("checkpoint", "metrics"), via="trial_checkpoint_metrics"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._log_config_on_step",
              "tuner/ray_internals.py: PBTCloneSourceHooks (each exploit logged with the iterations of the results "
@@ -593,13 +593,13 @@ INTERNALS = [
              _source_in_order("self._scheduler_alg.on_trial_result(", "trial.update_last_result(result)"),
              via="PBTCloneSourceHooks"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._exploit",
-             "tuner/algorithms.py: KeepsCloneSources (clones restore from the kept source)",
+             "tuner/population.py: KeepsCloneSources (clones restore from the kept source)",
              source_has("copy.copy(new_state.last_checkpoint)"), via="PBTCloneSourceHooks"),
     Internal("ray.tune.schedulers.PopulationBasedTraining._checkpoint_or_exploit",
-             "tuner/algorithms.py: _SkippedExploitNote (the note when a top trial has no checkpoint)",
+             "tuner/population.py: _SkippedExploitNote (the note when a top trial has no checkpoint)",
              source_has('f"[pbt]: no checkpoint for trial {trial_to_clone}."', '" Skip exploit for Trial {trial}"'),
              via="watch_skipped_exploits"),
-    Internal("ray.tune.schedulers.pbt.logger", "tuner/algorithms.py: _SkippedExploitNote (a filter on it)",
+    Internal("ray.tune.schedulers.pbt.logger", "tuner/population.py: _SkippedExploitNote (a filter on it)",
              lambda log: equals("ray.tune.schedulers.pbt")(log.name), via="watch_skipped_exploits"),
     Internal("ray.train._internal.session._FutureTrainingResult", "tuner/scheduler_state.py: _TrialsById",
              attrs("resolve"), via="is_checkpoint_in_flight"),

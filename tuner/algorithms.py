@@ -34,20 +34,15 @@ from ray.tune.schedulers import (
     HyperBandForBOHB,
     HyperBandScheduler,
     MedianStoppingRule,
-    PopulationBasedTraining,
     TrialScheduler,
 )
-from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
-from ray.tune.search.bohb import TuneBOHB as TuneBOHBBase
 from ray.tune.search.optuna import OptunaSearch
 
 from tuner import ray_internals
-from tuner.params import PATH_SEP, leaves
 from tuner.rungs import bracket_rungs
 from tuner.scheduler_state import KeepsState
-from tuner.space import mutation_domain
 from tuner.spec import Spec
 from tuner.spec.sections import POPULATION_SCHEDULERS
 
@@ -55,7 +50,7 @@ if TYPE_CHECKING:
     from tuner.warm_start import EarlierTrial, WarmStart
 
 __all__ = ["build_searcher", "build_scheduler", "describe_search", "quiet_searchers", "quiet_schedulers",
-           "population_mutations", "population_bounds", "DefineByRun", "config_space", "optuna_distributions"]
+           "DefineByRun", "optuna_distributions"]
 
 
 def build_searcher(spec: Spec, max_concurrent: int | None = None,
@@ -108,12 +103,15 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None,
             sampler = cls(seed=spec.seed, **size)
         return _OptunaSearch(sampler, points, spec, space=DefineByRun(spec) if conditional else None,
                              warm=warm.trials if warm is not None else None)
+    # BOHB (hpbandster, statsmodels, scipy.stats) costs about 1.3 CPU-s to import: only where it is chosen.
+    from tuner.bohb import ConditionalBOHB, WarmBOHB
+
     quiet_searchers("bohb")
     config = search.model_dump(exclude={"algorithm", "points_to_evaluate", "warm_start"}, exclude_none=True)
     earlier = warm.trials if warm is not None else None
     if conditional:
-        return _ConditionalBOHB(spec, bohb_config=config, seed=spec.seed, points_to_evaluate=points, warm=earlier)
-    return _WarmBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points, warm=earlier)
+        return ConditionalBOHB(spec, bohb_config=config, seed=spec.seed, points_to_evaluate=points, warm=earlier)
+    return WarmBOHB(bohb_config=config, seed=spec.seed, points_to_evaluate=points, warm=earlier)
 
 
 class _ConditionalVariants(BasicVariantGenerator):
@@ -189,119 +187,6 @@ def optuna_distributions(spec: Spec) -> dict[str, Any]:
 
     sampled = {p.name: ray_domain(p.dist) for p in spec.space.params if p.dist is not None}
     return OptunaSearch.convert_search_space(nest(sampled))
-
-
-def config_space(spec: Spec) -> Any:
-    """A conditional space as a ``ConfigSpace.ConfigurationSpace`` with conditions, for ``TuneBOHB(space=...)``.
-
-    The hyperparameters are the ones Ray's ``TuneBOHB.convert_search_space`` makes of each
-    parameter's Ray sampling object (named ``/``-joined, as Ray names them); each condition is
-    an ``EqualsCondition`` (one value) or an ``InCondition`` (several), several of them an
-    ``AndConjunction``. A branch's constants are not hyperparameters (:class:`_ConditionalBOHB`
-    adds them).
-
-    Args:
-        spec: The validated spec, with a conditional space.
-
-    Returns:
-        The configuration space; hpbandster's BOHB models inactive parameters as missing
-        (Falkner et al., ICML 2018).
-    """
-    from ConfigSpace import AndConjunction, EqualsCondition, InCondition
-    from ray.tune.search.bohb import TuneBOHB
-
-    from tuner.params import nest
-    from tuner.space import ray_domain
-
-    space = spec.space
-    cs = TuneBOHB.convert_search_space(nest({p.name: ray_domain(p.dist) for p in space.params if p.dist is not None}))
-    for p in space.params:
-        if p.dist is None or not p.conditions:
-            continue
-        parts = [EqualsCondition(cs[p.name], cs[c.parent], c.values[0]) if len(c.values) == 1
-                 else InCondition(cs[p.name], cs[c.parent], list(c.values)) for c in p.conditions]
-        cs.add(parts[0] if len(parts) == 1 else AndConjunction(*parts))
-    return cs
-
-
-class _EarlierRun:
-    """An earlier trial as hpbandster's ``BOHB.new_result`` reads a finished job (the shape of Ray's own
-    wrapper in ``TuneBOHB.on_trial_result``): its loss, budget and config."""
-
-    def __init__(self, loss: float, budget: float, config: dict[str, Any]):
-        self.result = {"loss": loss}
-        self.kwargs = {"budget": budget, "config": dict(config)}
-        self.exception = None
-
-
-class _WarmBOHB(TuneBOHBBase):
-    """Ray's ``TuneBOHB`` that tells its model the earlier trials of ``search.warm_start`` first.
-
-    Each earlier trial becomes a finished run of hpbandster's ``BOHB`` config generator at the
-    budget it reached (its ``time_attr``, the unit of Ray's ``HyperBandForBOHB`` budgets), with the
-    loss BOHB minimises (the metric, negated under ``mode: max``): ``BOHB.new_result``, which
-    ``TuneBOHB.on_trial_result`` calls for a live trial (Falkner et al., ICML 2018: one kernel
-    density model per budget, sampled from the largest budget with enough points). The runs go in
-    by budget, smallest first (hpbandster skips a result below a budget it has a model of), the
-    model fitted once per budget.
-
-    Args:
-        warm: The earlier trials (:class:`tuner.warm_start.EarlierTrial`), or None.
-        **kwargs: ``TuneBOHB``'s.
-    """
-
-    def __init__(self, *args: Any, warm: list[EarlierTrial] | None = None, **kwargs: Any):
-        self.tuner_warm = list(warm or [])
-        self.tuner_warm_told = False
-        super().__init__(*args, **kwargs)
-        self.tell_earlier_trials()
-
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
-        done = super().set_search_properties(metric, mode, config, **spec)
-        if done:
-            self.tell_earlier_trials()
-        return done
-
-    def tell_earlier_trials(self) -> None:
-        """Tell BOHB's model the earlier trials, once, as soon as it exists."""
-        model = ray_internals.bohb_config_generator(self)
-        if not self.tuner_warm or self.tuner_warm_told or model is None:
-            return
-        sign = -1.0 if self.mode == "max" else 1.0
-        runs = sorted(self.tuner_warm, key=lambda t: t.budget)
-        for i, t in enumerate(runs):
-            last_of_budget = i + 1 == len(runs) or runs[i + 1].budget != t.budget
-            model.new_result(_EarlierRun(sign * t.values[0], t.budget, t.config), update_model=last_of_budget)
-        self.tuner_warm_told = True
-
-
-class _ConditionalBOHB(_WarmBOHB):
-    """Ray's ``TuneBOHB`` over a conditional space (:func:`config_space`), whose suggestions carry the
-    constants of the branches they take, as plain Python values.
-
-    Args:
-        spec: The validated spec, with a conditional space.
-        **kwargs: ``TuneBOHB``'s (``bohb_config``, ``seed``, ``points_to_evaluate``), and ``warm``.
-    """
-
-    def __init__(self, spec: Spec, **kwargs: Any):
-        objective = spec.objectives[0] if spec.objectives else None
-        super().__init__(space=config_space(spec), metric=objective.metric if objective else None,
-                         mode=objective.mode if objective else None, **kwargs)
-        self.tuner_space = spec.space
-
-    def suggest(self, trial_id: str) -> dict | None:
-        from tuner.params import flatten, nest
-        from tuner.space import plain
-
-        config = super().suggest(trial_id)
-        if not isinstance(config, dict):
-            return config
-        flat = plain(flatten(config))
-        for p in self.tuner_space.order:
-            if p.dist is None and self.tuner_space.is_active(p, flat):
-                flat[p.name] = p.value
-        return nest(self.tuner_space.keyed(flat))
 
 
 class _OptunaSearch(OptunaSearch):
@@ -454,7 +339,10 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
     if s.type == "fifo":
         return FIFOScheduler()
     if s.type in POPULATION_SCHEDULERS:
-        return _population_scheduler(spec)
+        # PB2 (scikit-learn, scipy) costs about 1.8 CPU-s to import: only where a population is chosen.
+        from tuner.population import population_scheduler
+
+        return population_scheduler(spec)
     if s.type == "asha":
         return _ASHA(time_attr=s.time_attr, max_t=spec.scheduler_max_t, grace_period=s.grace_period,
                      reduction_factor=s.reduction_factor, brackets=s.brackets, stop_last_trials=s.stop_last_trials)
@@ -465,204 +353,6 @@ def build_scheduler(spec: Spec) -> TrialScheduler:
     assert s.type == "median"
     return _MedianStoppingRule(time_attr=s.time_attr, grace_period=s.grace_period,
                                min_samples_required=s.min_samples_required, hard_stop=s.hard_stop)
-
-
-def _nested(spec: Spec, flat: dict[str, Any]) -> dict[str, Any]:
-    """``{"opt.lr": v}`` (names as the spec writes them) -> ``{"opt": {"lr": v}}``, with param_space's nesting."""
-    keys = {PATH_SEP.join(k): k for k, _ in leaves(spec.param_space)}
-    out: dict[str, Any] = {}
-    for name, value in flat.items():
-        *parents, last = keys.get(name, (name,))
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
-
-
-def population_mutations(spec: Spec) -> dict[str, Any]:
-    """PBT's ``hyperparam_mutations`` for the spec: :attr:`tuner.spec.Spec.population_mutations`, each
-    distribution as :func:`tuner.space.mutation_domain` makes it, nested as ``param_space``."""
-    return _nested(spec, {k: mutation_domain(d) for k, d in spec.population_mutations.items()})
-
-
-def population_bounds(spec: Spec) -> dict[str, Any]:
-    """PB2's ``hyperparam_bounds`` for the spec: ``[low, high]`` per parameter, nested as ``param_space``."""
-    return _nested(spec, {k: [lo, hi] for k, (lo, hi) in spec.population_bounds.items()})
-
-
-def _population_scheduler(spec: Spec) -> TrialScheduler:
-    """PBT or PB2, seeded, with a note on the console when an exploit is skipped for want of a checkpoint.
-
-    Seeds: Ray's PBT draws from Python's global ``random`` module in the driver (which top trial
-    a bottom trial clones, resample or perturb, which perturbation factor, which neighbouring
-    value); PB2 draws from it too, and from numpy's global ``RandomState`` (a GP-UCB start
-    point). With ``spec.seed`` set, both are seeded here, once, when the scheduler is built:
-    the same seed then gives the same decisions for the same sequence of results (which an
-    asynchronous population's timing may still change; ``synch: true`` orders it).
-    """
-    import random
-
-    s: Any = spec.scheduler  # a PBTScheduler or a PB2Scheduler
-    if spec.seed is not None:
-        random.seed(spec.seed)
-        if s.type == "pb2":
-            import numpy as np
-
-            np.random.seed(spec.seed)
-    ray_internals.watch_skipped_exploits(_SkippedExploitNote(s.type, s.perturbation_interval))
-    if s.type == "pbt":
-        return _PopulationBasedTraining(
-            time_attr=s.time_attr, perturbation_interval=s.perturbation_interval, burn_in_period=s.burn_in_period,
-            hyperparam_mutations=population_mutations(spec), quantile_fraction=s.quantile_fraction,
-            resample_probability=s.resample_probability, synch=s.synch, log_config=True)
-    assert s.type == "pb2"
-    # log_config=True: Ray logs every perturbation (pbt_global.txt, pbt_policy_<id>.txt), read by
-    # tuner.schedule for summary.json, best_schedule.yaml, `tuner report` and `tuner run --replay`.
-    return _PB2(time_attr=s.time_attr, perturbation_interval=s.perturbation_interval,
-                hyperparam_bounds=population_bounds(spec), quantile_fraction=s.quantile_fraction, synch=s.synch,
-                log_config=True)
-
-
-class _SkippedExploitNote:
-    """What the console says, once a run, when PBT/PB2 could not clone a top trial: it had no checkpoint."""
-
-    def __init__(self, scheduler: str, interval: float):
-        self.scheduler, self.interval, self.said = scheduler, interval, False
-
-    def __call__(self, top: str, bottom: str) -> None:
-        if self.said:
-            return
-        self.said = True
-        from tuner.scheduler_state import console_note
-
-        console_note(f"{self.scheduler} could not exploit trial {top} for trial {bottom}: {top} has no checkpoint yet, "
-             f"so the bottom trial goes on with its own config. A train function must pass checkpoint_dir= to "
-             f"tuner.trial.report at least every perturbation_interval ({self.interval:g}) iterations, and restore "
-             "from tuner.trial.get_checkpoint(); a class trainable must implement save_checkpoint and "
-             "load_checkpoint. (Said once a run.)")
-
-
-class KeepsCloneSources(ray_internals.PBTCloneSourceHooks):
-    """PBT and PB2 whose clone sources outlive the top trials' ``num_to_keep``.
-
-    Ray's PBT keeps, at a top trial's perturbation point, a reference to that trial's checkpoint,
-    and clones a bottom trial from it later. By then the top trial has trained on and saved
-    newer checkpoints, and Ray deletes the old ones past ``checkpoint.num_to_keep``; a bottom
-    trial that waits for a free CPU before it restores waits longer still. The clone then
-    fails: "Could not recover from checkpoint as it does not exist on storage anymore".
-    Measured: a population of 8 on 2 CPUs, a checkpoint every iteration, ``num_to_keep: 2``
-    (benchmarks/pbt_schedule.py): 6 of 8 trials errored.
-
-    Here each top trial's checkpoint is copied at its perturbation point, into
-    ``<experiment>/pbt_clones/<trial id>-<iteration>`` (:data:`tuner.layout.CLONE_SOURCES_DIR`;
-    the ``training_iteration`` the checkpoint was reported with, as ``cloned_iteration`` in
-    ``pbt_global.txt``; ``-2``, ``-3`` ... after it while a copy of that name is still in use, as
-    when a clone took the trial back to an earlier iteration); hard links on a local disk, so no
-    extra space while the original lives; a copy in cloud storage. The clones restore from the
-    copy. A copy is deleted once no trial can restore from it: when it is neither the clone source
-    kept for a trial still running (finished trials are not cloned) nor any trial's latest
-    checkpoint (a clone's latest checkpoint is the copy until it saves its own). This is checked
-    whenever a copy is kept and whenever a trial ends, so after the run only the copies that are
-    still some trial's latest checkpoint are left (a trial that ended before saving a checkpoint
-    of its own after an exploit), and none when every trial saved after its last exploit; an
-    interrupted run keeps what its resume needs.
-    """
-
-    def keep_clone_source(self, trial, checkpoint, metrics):
-        from ray.tune import Checkpoint
-
-        from tuner.storage import copy_tree, delete_tree
-
-        folder = self._clone_sources_folder(trial)
-        if folder is None or not getattr(checkpoint, "path", None):
-            return checkpoint
-        fs = checkpoint.filesystem
-        source = checkpoint.path.rstrip("/")
-        if source.startswith(folder + "/"):
-            return checkpoint  # kept already
-        iteration = metrics.get("training_iteration")
-        base = f"{folder}/{trial.trial_id}-{iteration if iteration is not None else source.rsplit('/', 1)[-1]}"
-        in_use = self._clone_sources_in_use(besides=trial)  # this trial's own source is being replaced
-        kept, n = base, 1
-        while kept in in_use:
-            n += 1
-            kept = f"{base}-{n}"
-        # A copy of that name that no trial can restore from is an older one (or a half one, from a run killed
-        # while it copied: the scheduler's state names a copy only once it is whole): made again.
-        delete_tree(fs, kept)
-        copy_tree(fs, source, kept)
-        self._delete_clone_sources(fs, folder, in_use | {kept})
-        return Checkpoint(kept, filesystem=fs)
-
-    @staticmethod
-    def _clone_sources_folder(trial) -> str | None:
-        """``<experiment>/pbt_clones`` for ``trial``'s experiment (:data:`tuner.layout.CLONE_SOURCES_DIR`),
-        or None when Ray has not placed the trial in one."""
-        from tuner.layout import CLONE_SOURCES_DIR
-        from tuner.ray_internals import experiment_fs_path
-
-        experiment = experiment_fs_path(trial)
-        return None if experiment is None else f"{experiment.rstrip('/')}/{CLONE_SOURCES_DIR}"
-
-    def _clone_sources_in_use(self, besides: Any = None) -> set[str]:
-        """The paths of the checkpoints a trial can still restore from: the clone sources kept for
-        the trials still running (``besides`` counted as finished) and every trial's latest checkpoint."""
-        needed = {c.path.rstrip("/") for t, c in ray_internals.pbt_clone_sources(self).items()
-                  if t is not besides and not t.is_finished()}
-        needed |= {t.checkpoint.path.rstrip("/") for t in ray_internals.pbt_population(self)
-                   if t.checkpoint is not None and getattr(t.checkpoint, "path", None)}
-        return needed
-
-    @staticmethod
-    def _delete_clone_sources(fs, folder: str, needed: set[str]) -> None:
-        """Delete every copy in ``folder`` but ``needed``; the folder too once it is empty."""
-        import pyarrow.fs as pafs
-
-        from tuner.storage import delete_tree
-
-        infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-        for info in infos:
-            if info.path.rstrip("/") not in needed:
-                delete_tree(fs, info.path)
-        if not any(i.path.rstrip("/") in needed for i in infos):
-            delete_tree(fs, folder)
-
-    def _trial_ended(self, trial) -> None:
-        """Delete the copies no trial can restore from once ``trial`` has ended (it is cloned no more)."""
-        folder = self._clone_sources_folder(trial)
-        sources = ray_internals.pbt_clone_sources(self)
-        for ended in [t for t in sources if t is trial or t.is_finished()]:
-            ray_internals.drop_pbt_clone_source(self, ended)  # deleted below; a restarted trial gets a new one
-        known = [*sources.values(),
-                 *(t.checkpoint for t in ray_internals.pbt_population(self) if t.checkpoint is not None)]
-        fs = next((c.filesystem for c in known if getattr(c, "filesystem", None) is not None), None)
-        if folder is None or fs is None:
-            return  # no checkpoint anywhere: nothing was kept
-        self._delete_clone_sources(fs, folder, self._clone_sources_in_use(besides=trial))
-
-    def on_trial_complete(self, tune_controller, trial, result) -> None:
-        super().on_trial_complete(tune_controller, trial, result)  # type: ignore[misc]
-        self._trial_ended(trial)
-
-    def on_trial_error(self, tune_controller, trial) -> None:
-        super().on_trial_error(tune_controller, trial)  # type: ignore[misc]
-        self._trial_ended(trial)
-
-    def on_trial_remove(self, tune_controller, trial) -> None:
-        super().on_trial_remove(tune_controller, trial)  # type: ignore[misc]
-        self._trial_ended(trial)
-
-
-class _PopulationBasedTraining(KeepsState, KeepsCloneSources, PopulationBasedTraining):
-    """Ray's ``PopulationBasedTraining`` (Jaderberg et al., 2017), whose population (each trial's last score,
-    last perturbation time and checkpoint, the count of perturbations) survives a resume
-    (:mod:`tuner.scheduler_state`)."""
-
-
-class _PB2(KeepsState, KeepsCloneSources, PB2):
-    """Ray's ``PB2`` (Parker-Holder et al., NeurIPS 2020), whose population and GP data survive a resume
-    (:mod:`tuner.scheduler_state`)."""
 
 
 class _ASHA(KeepsState, ASHAScheduler):

@@ -88,7 +88,7 @@ HPARAMS_EVENTS_SUFFIX = ".hparams"
 #: TensorBoard event files directly in the experiment folder (the HParams summary).
 EVENTS_GLOB = f"{HPARAMS_EVENTS_PREFIX}.out.tfevents.*"
 #: PBT/PB2's clone sources: a copy of each top trial's checkpoint that a bottom trial may be cloned from,
-#: ``<folder>/<trial id>-<iteration>`` (:class:`tuner.algorithms.KeepsCloneSources`), so that it outlives
+#: ``<folder>/<trial id>-<iteration>`` (:class:`tuner.population.KeepsCloneSources`), so that it outlives
 #: the top trial's ``num_to_keep``.
 CLONE_SOURCES_DIR = "pbt_clones"
 #: Suffix of a file being written (``tuner.files.atomic_write``: write, then rename).

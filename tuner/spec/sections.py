@@ -581,7 +581,7 @@ class Checkpointing(_Model):
     its newest one, which a resume and a retry after a failure start from (Ray's
     ``CheckpointConfig(num_to_keep, checkpoint_score_attribute, checkpoint_score_order)``; its
     ``_CheckpointManager`` never deletes the latest checkpoint). A PBT/PB2 clone starts from
-    tuner's copy of the top trial's checkpoint (:class:`tuner.algorithms.KeepsCloneSources`).
+    tuner's copy of the top trial's checkpoint (:class:`tuner.population.KeepsCloneSources`).
 
     Attributes:
         frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
