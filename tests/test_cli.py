@@ -279,6 +279,27 @@ def test_run_end_to_end(toy_run):
         assert noise not in out and noise not in proc.stderr, noise
 
 
+def readme_forecast_keys() -> set[str]:
+    """The keys of tuner_run.json's ``forecast`` that the README lists ("records the forecast in
+    `tuner_run.json` (`forecast`: `trials`, ... `trials_at_once`)")."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    start = text.index("records the forecast in `tuner_run.json` (`forecast`:")
+    part = text[start:text.index("and `tuner report`'s", start)]
+    return set(re.findall(r"`(\w+)`", part)) - {"tuner_run", "forecast", "json"}
+
+
+def test_run_records_the_asha_forecast_with_its_range(toy_run):
+    """tuner_run.json's forecast of toy_run (12 trials of 3 iterations under ASHA, 2 at a time): the keys the
+    README lists, the simulated range around the expected total, and the trials at once it assumed."""
+    _, exp = toy_run
+    record = json.loads((exp / "tuner_run.json").read_text())["forecast"]
+    assert set(record) == readme_forecast_keys()
+    assert (record["trials"], record["unit"], record["per_trial"], record["max_total"], record["scheduler"]) == \
+        (12, "training_iteration", 3, 36, "asha")
+    assert record["expected_low"] <= record["expected_total"] <= record["expected_high"] <= record["max_total"]
+    assert record["at_once"] == record["trials_at_once"] == 2 and "simulated" in record["rule"]
+    assert isinstance(record["notes"], list)
+
 def test_model_based_searchers_leave_stderr_empty(tmp_path, run_cli, toy_run):
     """No library warning reaches the console: none of Optuna's (toy_run searches with Optuna, 12 trials,
     more than its 10 random start-up trials), nor statsmodels' FutureWarning under BOHB (it did, once

@@ -412,6 +412,32 @@ def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_pat
     assert "Best trial" in logs.stdout
 
 
+DRIVER_NODE_PROBE = """\
+import sys
+from ray.job_submission import JobSubmissionClient
+
+print(JobSubmissionClient(sys.argv[1]).get_job_info(sys.argv[2]).driver_node_id)
+"""
+
+
+def test_submit_wait_exits_1_when_the_job_fails_and_the_driver_ran_on_the_head(cluster, tmp_path, run_cli):
+    """README: `--wait` exits 0 only if the job SUCCEEDED; the job's driver runs on the head node. A job whose
+    trial fails (tests.trainables:typo) ends FAILED, and `tuner submit --wait` exits 1; Ray's record of the
+    job names the head as its driver's node."""
+    specs = ROOT / "tests" / "specs"
+    proc = run_cli("submit", specs / "cluster_steady.yaml", "--address", cluster["dashboard"], "--working-dir", ROOT,
+                   "--storage", tmp_path / "shared", "--name", "failing", "--set", "trainable=tests.trainables:typo",
+                   "--num-samples", "1", "--wait", timeout=400, env=client_env(cluster))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    job_id = proc.stdout.split()[2]
+    assert f"Job {job_id}: FAILED" in proc.stdout
+    probe = tmp_path / "driver_node.py"
+    probe.write_text(DRIVER_NODE_PROBE)
+    node = subprocess.run([sys.executable, str(probe), cluster["dashboard"], job_id], env=cluster["env"],
+                          capture_output=True, text=True, timeout=120)
+    assert node.returncode == 0, node.stderr[-3000:]
+    assert node.stdout.strip() == cluster["head"].node_id() != cluster["worker"].node_id()
+
 def test_plain_ray_job_submit_runs_tuner(cluster, tmp_path):
     env = cluster["env"]  # the Ray CLI sends the token with RAY_AUTH_MODE=token
     proc = subprocess.run([RAY_CLI, "job", "submit", "--address", cluster["dashboard"],

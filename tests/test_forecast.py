@@ -286,6 +286,11 @@ def hb_run(tmp_path_factory):
 def test_run_records_the_forecast_and_report_compares_it(hb_run, run_cli):
     record = json.loads((hb_run.exp / "tuner_run.json").read_text())["forecast"]
     assert (record["trials"], record["max_total"], record["expected_total"], record["trials_at_once"]) == (5, 15, 11, 2)
+    from tests.test_cli import readme_forecast_keys
+
+    assert set(record) == readme_forecast_keys(), "the keys the README lists"
+    assert (record["expected_low"], record["expected_high"], record["at_once"]) == (None, None, None), \
+        "a range only for ASHA's simulation"
     proc = run_cli("report", hb_run.exp, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     fc = json.loads(proc.stdout)["experiment"]["budget"]["forecast"]

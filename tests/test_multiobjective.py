@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -323,3 +324,27 @@ def test_validate_prints_the_objectives_the_scheduler_metric_and_the_constraints
             "            scheduler asha compares trials by f2 (min) only (scheduler.metric)\n"
             "constraint: size <= 0.8 (an infeasible trial is never the best nor on the front)\n") in proc.stdout
     assert "searcher:   optuna (NSGA-II sampler, 2 objectives, 1 constraint(s))" in proc.stdout
+
+
+def test_constraints_with_one_objective_make_the_best_the_best_feasible_trial(ray_local, make_spec):
+    """README: "Constraints work with one objective too (the best feasible trial)". Three enqueued points under
+    random search, f1 minimized, size (x + y) at most 0.5: the lowest f1 (x 0.05, y 1: size 1.05) is infeasible,
+    so the best trial is x 0.3; results.csv's feasible column and summary.json's constraints say so."""
+    from tuner import tune_model
+
+    points = [{"x": 0.05, "y": 1.0}, {"x": 0.3, "y": 0.0}, {"x": 0.6, "y": 0.0}]
+    result = tune_model(make_spec({
+        "name": "one-objective", "trainable": "tests.trainables:two_objectives", "metric": "f1", "mode": "min",
+        "constraints": [{"metric": "size", "max": 0.5}], "num_samples": 3, "seed": 0,
+        "search": {"algorithm": "random", "points_to_evaluate": points},
+        "param_space": {"x": {"type": "uniform", "low": 0.0, "high": 1.0},
+                        "y": {"type": "choice", "values": [0.0, 0.5, 1.0]}, "epochs": 1},
+        "reporting": {"cli": False, "tensorboard": False}}))
+    rows = _rows(Path(result.experiment_path))
+    feasible = {round(r["config/x"], 9): r["feasible"] for r in rows}
+    assert feasible == {0.05: False, 0.3: True, 0.6: False}
+    assert result.best_config["x"] == pytest.approx(0.3) and result.best_metrics["f1"] == pytest.approx(0.3)
+    assert rows[0]["trial_id"] == result.best_trial_id
+    summary = json.loads((Path(result.experiment_path) / SUMMARY).read_text())
+    assert summary["constraints"] == [{"metric": "size", "max": 0.5}]
+    assert summary["best"]["trial_id"] == result.best_trial_id

@@ -177,7 +177,7 @@ def _restored(experiment: Path, cls):
 @pytest.mark.slow
 def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study(earlier, run_cli):
     """B (`tuner run`) adds every trial of A to its study before its first suggestion, and says so. Resumed
-    with one trial more (in-process, as `tuner resume` does), B's searcher still holds them, once each,
+    with one trial more (in-process, as `tuner resume` does, with A's folder gone), B's searcher still holds them, once each,
     and learns from the new trial too."""
     from tuner.engine import prepare_resume, resume_prepared
 
@@ -200,9 +200,15 @@ def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study
     fed = {t.user_attrs["tuner_warm_start"].rsplit(":", 1)[1]: (t.params, t.value) for t in told[:len(inside)]}
     assert fed == {r.trial_id: ({"x": r["config/x"]}, r.loss) for _, r in inside.iterrows()}
     assert all(t.state.name == "COMPLETE" and not t.user_attrs for t in told[len(inside):])  # B's own
-    # The resume unpickles B's searcher: A's trials stay in its study, and it goes on learning.
+    # The resume unpickles B's searcher: A's trials stay in its study, and it goes on learning. A's folder is
+    # moved away meanwhile (README: the earlier folders are not read again), and back for the other tests.
     (folder / "b3.yaml").write_text(yaml.safe_dump({**spec, "num_samples": 3}, sort_keys=False))
-    resumed = resume_prepared(prepare_resume(folder / "runs" / "b", spec=folder / "b3.yaml"))
+    a, away = folder / "runs" / "a", folder / "a-away"
+    a.rename(away)
+    try:
+        resumed = resume_prepared(prepare_resume(folder / "runs" / "b", spec=folder / "b3.yaml"))
+    finally:
+        away.rename(a)
     assert resumed.num_errors == 0 and len(resumed.dataframe) == 3, resumed.summary
     searcher, ray_internals = _restored(folder / "runs" / "b", OptunaSearch)
     after = ray_internals.optuna_study(searcher).trials
