@@ -239,14 +239,20 @@ def test_ray_address_the_spec_and_auto_reach_the_cluster_in_their_order(cluster,
         assert ran_on and ran_on <= nodes, f"{name}: the trials ran on {ran_on}, not on the cluster's nodes {nodes}"
 
 
-def _job_ids(cluster) -> set[str]:
-    """The submission ids of every job the cluster knows (Ray's Jobs API, in a subprocess)."""
+def _jobs_api(cluster, expression: str, *args: str):
+    """What ``expression`` gives (JSON) on ``client``, a ``JobSubmissionClient`` of the cluster's dashboard (Ray's
+    Jobs API, in a subprocess with the cluster's token); ``args`` reach it as ``argv``."""
     code = ("import json, sys; from ray.job_submission import JobSubmissionClient; "
-            "print(json.dumps([job.submission_id for job in JobSubmissionClient(sys.argv[1]).list_jobs()]))")
-    proc = subprocess.run([sys.executable, "-c", code, cluster["dashboard"]], env=cluster["env"], capture_output=True,
-                          text=True, timeout=120)
+            f"client, argv = JobSubmissionClient(sys.argv[1]), sys.argv[2:]; print(json.dumps({expression}))")
+    proc = subprocess.run([sys.executable, "-c", code, cluster["dashboard"], *args], env=cluster["env"],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return set(json.loads(proc.stdout.splitlines()[-1]))
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _job_ids(cluster) -> set[str]:
+    """The submission ids of every job the cluster knows."""
+    return set(_jobs_api(cluster, "[job.submission_id for job in client.list_jobs()]"))
 
 
 def test_submit_refuses_a_job_that_would_fail_and_submits_nothing(cluster, tmp_path, run_cli):
@@ -412,14 +418,6 @@ def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_pat
     assert "Best trial" in logs.stdout
 
 
-DRIVER_NODE_PROBE = """\
-import sys
-from ray.job_submission import JobSubmissionClient
-
-print(JobSubmissionClient(sys.argv[1]).get_job_info(sys.argv[2]).driver_node_id)
-"""
-
-
 def test_submit_wait_exits_1_when_the_job_fails_and_the_driver_ran_on_the_head(cluster, tmp_path, run_cli):
     """README: `--wait` exits 0 only if the job SUCCEEDED; the job's driver runs on the head node. A job whose
     trial fails (tests.trainables:typo) ends FAILED, and `tuner submit --wait` exits 1; Ray's record of the
@@ -431,12 +429,9 @@ def test_submit_wait_exits_1_when_the_job_fails_and_the_driver_ran_on_the_head(c
     assert proc.returncode == 1, proc.stdout + proc.stderr
     job_id = proc.stdout.split()[2]
     assert f"Job {job_id}: FAILED" in proc.stdout
-    probe = tmp_path / "driver_node.py"
-    probe.write_text(DRIVER_NODE_PROBE)
-    node = subprocess.run([sys.executable, str(probe), cluster["dashboard"], job_id], env=cluster["env"],
-                          capture_output=True, text=True, timeout=120)
-    assert node.returncode == 0, node.stderr[-3000:]
-    assert node.stdout.strip() == cluster["head"].node_id() != cluster["worker"].node_id()
+    driver_node = _jobs_api(cluster, "client.get_job_info(argv[0]).driver_node_id", job_id)
+    assert driver_node == cluster["head"].node_id() != cluster["worker"].node_id()
+
 
 def test_plain_ray_job_submit_runs_tuner(cluster, tmp_path):
     env = cluster["env"]  # the Ray CLI sends the token with RAY_AUTH_MODE=token
@@ -531,7 +526,7 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli)
 
 
 WANDB_KEY_PROBE = """\
-import json, os, sys
+import json, sys
 from tuner.cluster import ray_session
 import tuner.reporting as reporting
 

@@ -566,7 +566,7 @@ def test_the_readmes_mnist_defaults_are_the_examples():
     text = (ROOT / "README.md").read_text()
     part = text[text.index("- `examples/mnist.py:train`"):text.index("- `examples/cifar.py:train` and")]
     part = " ".join(part.split())
-    said = {key: value for key, value in re.findall(r"`(\w+)` \(`?([\w.]+)`?[,:)]", part)}
+    said = dict(re.findall(r"`(\w+)` \(`?([\w.]+)`?[,:)]", part))
     expected = {key: str(value).lower() for key, value in mnist.DEFAULTS.items() if value is not None}
     assert {key: said.get(key) for key in expected} == expected
     assert all(f"`{key}`" in part for key in mnist.DEFAULTS), "every key is named"

@@ -305,8 +305,8 @@ def quiet_schedulers(scheduler_type: str) -> None:
     """Keep Ray's PBT hints that do not apply to tuner off the console, for a run and a resume alike.
 
     * "Using `CheckpointConfig.num_to_keep <= 2` with PBT can lead to restoration problems":
-      tuner keeps each clone source itself (:class:`KeepsCloneSources`), so any ``num_to_keep``
-      is safe.
+      tuner keeps each clone source itself (:class:`tuner.population.KeepsCloneSources`), so any
+      ``num_to_keep`` is safe.
     * "Consider boosting PBT performance by enabling `reuse_actors`": tuner reuses actors
       wherever it can (``tuner.trainable.reuse_actors``); where it does not (a DDP trial, whose
       worker group restarts anyway), the hint has nothing to offer.
