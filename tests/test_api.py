@@ -86,6 +86,15 @@ def test_shipped_specs_validate_from_another_folder(tmp_path, run_cli):
         proc = run_cli("validate", ROOT / rel, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert "is valid" in proc.stdout
+    # README: resnet_gpu.yaml (gpu: auto) needs a GPU; without one it is refused, unless its trials go to the CPU.
+    resnet = ROOT / "search_spaces" / "resnet_gpu.yaml"
+    refused = run_cli("validate", resnet, "--num-gpus", "0", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", (
+        f"tuner: error: {resnet}:29:26: resources.gpu: gpu: auto packs trials onto GPUs, but this machine "
+        "(--num-cpus/--num-gpus) has 0 GPUs (no node has a whole one); run where there is a GPU (or give Ray logical "
+        "GPUs with --num-gpus), or set gpu to a number (0 for CPU trials).\n"))
+    on_cpu = run_cli("validate", resnet, "--num-gpus", "0", "--set", "resources.gpu=0", cwd=tmp_path)
+    assert on_cpu.returncode == 0 and "is valid" in on_cpu.stdout, on_cpu.stderr
 
 
 USER_SESSION = """
