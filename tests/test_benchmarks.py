@@ -252,7 +252,7 @@ def test_schedule_toy_needs_a_schedule():
 @pytest.mark.slow
 def test_pbt_benchmark_writes_every_method(tmp_path):
     out = tmp_path / "bench.md"
-    _bench("benchmarks/pbt_schedule.py", "--seeds", "1", "--population", "4", "--max-t", "10", "--output", out)
+    _bench("benchmarks/pbt_schedule.py", "--seeds", "1", "--population", "2", "--max-t", "6", "--output", out)
     text = out.read_text()
     assert "## PBT and PB2" in text
     for method in ("random+fifo", "random+asha", "pbt", "pb2"):
@@ -427,7 +427,7 @@ def test_conditional_regret_follows_the_trial_tuner_returns():
 def test_conditional_benchmark_writes_its_table_and_plot(tmp_path):
     out = tmp_path / "bench.md"
     img = tmp_path / "img"
-    _bench("benchmarks/conditional.py", "--seeds", "1", "--budget", "36", "--methods", "random,bohb",
+    _bench("benchmarks/conditional.py", "--seeds", "1", "--budget", "18", "--methods", "random,bohb",
            "--output", out, "--img-dir", img)
     text = out.read_text()
     assert "## Conditional search spaces" in text and "Machine: " in text

@@ -186,7 +186,8 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
 @pytest.mark.slow
 def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli):
     """A DDP trial's Ray Train run keeps its checkpoints in the bucket, under the trial's folder,
-    and after a worker crash both ranks go on from the checkpoint there."""
+    and after a worker crash the new worker group goes on from the checkpoint there. (A group of one
+    worker: that every rank restores is test_ddp's; here each worker would cost a process start.)"""
     storage, env, fs = s3
     spec = tmp_path / "ddp.yaml"
     spec.write_text(yaml.safe_dump({
@@ -194,14 +195,14 @@ def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli)
         "num_samples": 1, "param_space": {"x": 0.5, "epochs": 3, "fail_at_epoch": 0,
                                           "fail_marker": str(tmp_path / "crashed-once")},
         "failure": {"max_failures": 1},
-        "resources": {"workers": 2, "cpu_per_worker": 1}, "reporting": {"cli": False, "tensorboard": False}}))
+        "resources": {"workers": 1, "cpu_per_worker": 1}, "reporting": {"cli": False, "tensorboard": False}}))
     proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
     assert proc.returncode == 0, proc.stderr
     files = _files(fs, "tuner-test/runs/cloud-ddp")
     summary = json.loads(_read(fs, "tuner-test/runs/cloud-ddp/summary.json"))
     assert summary["trials"]["by_status"] == {"TERMINATED": 1}
     assert (tmp_path / "crashed-once").exists(), "the worker crashed once"
-    assert json.loads(summary["best"]["metrics"]["starts"]) == [1, 1], "both ranks restored epoch 0's checkpoint"
+    assert json.loads(summary["best"]["metrics"]["starts"]) == [1], "the new group restored epoch 0's checkpoint"
     best = summary["best"]["checkpoint"]
     assert best.startswith("s3://tuner-test/runs/cloud-ddp/ddp_probe_"), best
     trial = best[len("s3://tuner-test/runs/cloud-ddp/"):].split("/")[0]

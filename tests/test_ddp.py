@@ -97,8 +97,11 @@ def test_a_ddp_trial_continued_by_tuner_resume_keeps_its_earlier_results(ray_loc
     trial's results back from the experiment folder only when the trial has a Tune checkpoint, and the
     resume's empty copy replaced them."""
     marker = tmp_path / "crashed-once"
+    # One worker: what is checked is the Train run's results across the resume (the ranks' restore is the
+    # first test's), and each worker of a group costs a process start.
     result = tune_model(make_spec(DDP, name="ddp-resume", param_space={"x": 0.5, "epochs": 3, "fail_at_epoch": 1,
-                                                                        "fail_marker": str(marker)}))
+                                                                        "fail_marker": str(marker)},
+                                  resources={"workers": 1, "cpu_per_worker": 1}))
     assert result.num_errors == 1 and marker.exists(), result.summary
     exp = tmp_path / "ddp-resume"
     folder = next(exp.glob("ddp_probe_*"))
@@ -192,7 +195,8 @@ def test_mnist_ddp_spec_runs(ray_local, tmp_path):
 @pytest.mark.slow
 def test_oom_backoff_ddp_restarts_the_worker_group(ray_local, make_spec):
     result = tune_model(make_spec(DDP, trainable="tests.trainables:ddp_oom_until_small", seed=5,
-                                  param_space={"batch_size": 32, "fits": 16}, oom_backoff="batch_size"))
+                                  param_space={"batch_size": 32, "fits": 16}, oom_backoff="batch_size",
+                                  resources={"workers": 1, "cpu_per_worker": 1}))  # a group of one: 3 group starts
     m = result.best_metrics
     assert result.summary["trials"]["by_status"] == {"TERMINATED": 1}
     assert m["batch_size_used"] == 16 and m["batch_size_seen"] == 16
