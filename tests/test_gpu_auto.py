@@ -63,6 +63,14 @@ def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(t
     assert probe_row["share_seen"] >= 0.5 and probe_row["gpu_share_reason"].startswith("out of GPU memory")
     assert (table["share_seen"] >= 0.25).all() and (table["share_seen"] == table["gpu_share"]).all()
     assert "tuner: note: gpu auto:" in proc.stderr
+    # summary.json's gpu_packing has the levels tried and the memory learned, as gpu_packing.json has them. The
+    # memory is kept per memory key, the config's values that are not floats (the batch size; x is a float).
+    gpu = summary["gpu_packing"]
+    assert gpu["levels"] == packing["levels"] and gpu["memory"] == packing["memory"] and packing["memory"]
+    assert packing["levels"][0]["reason"].startswith("after the probe: ") and packing["levels"][0]["per_gpu"] == 4
+    for entry in packing["memory"]:
+        assert entry["key"]["batch_size"] in (32, 64) and not {"x", "oom_share_below"} & set(entry["key"]), entry
+        assert entry["expected_bytes"] > 0
 
 
 def test_gpu_auto_on_a_full_gpu_runs_one_trial_at_a_time(tmp_path, run_cli):

@@ -106,6 +106,19 @@ def test_class_trainable_failures_timeout_and_amp(ray_local, tmp_path, make_spec
                                      "trial_timeout_s=3 s") for e in slow.errors), slow.errors
 
 
+def test_oom_backoff_restarts_a_ray_tune_function_from_its_last_checkpoint(ray_local, make_spec):
+    """README's table: under oom_backoff a Ray Tune function trainable is called again with the halved batch, and
+    goes on from ``ray.tune.get_checkpoint()``, the last checkpoint it reported (epoch 1's: it starts at epoch 2);
+    every result carries ``batch_size_used`` (added to its ``ray.tune.report`` metrics, as to ``trial.report``'s)."""
+    result = tune_model(make_spec(TRAINABLES, trainable="tests.trainables:raw_ray_oom_until_small", num_samples=1,
+                                  param_space={"batch_size": 64, "fits": 16}, stop=None, oom_backoff="batch_size"))
+    df = result.dataframe
+    assert list(df["status"]) == ["TERMINATED"] and df.loc[0, "batch_size_used"] == 16
+    (reports,) = rows(Path(result.experiment_path), "raw_ray_oom_until_small").values()
+    assert [(r["batch_size_seen"], r["batch_size_used"], r["start"], r["epoch"]) for r in reports] == \
+        [(64, 64, 0, 0), (64, 64, 0, 1), (16, 16, 2, 2), (16, 16, 2, 3)]
+
+
 def test_class_trainable_refusals(tmp_path, make_spec):
     """What a class trainable cannot do is refused before anything starts, with the reason."""
     from tests.trainables import Counter, NoCheckpoints

@@ -66,6 +66,27 @@ def raw_ray(config):
         tune.report({"loss": config["x"] + 1.0 / (i + 1)})
 
 
+def raw_ray_oom_until_small(config):
+    """A Ray Tune function trainable (``ray.tune.report``, ``ray.tune.get_checkpoint``) that raises a simulated
+    CUDA out-of-memory error at epoch 2 while batch_size > config['fits']; each epoch's checkpoint holds the
+    epoch, and a start goes on from ``ray.tune.get_checkpoint()`` (``start``: the first epoch it ran)."""
+    import torch
+    from ray import tune
+
+    ckpt, start = tune.get_checkpoint(), 0
+    if ckpt is not None:
+        with ckpt.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["epoch"] + 1
+    for epoch in range(start, 4):
+        if epoch == 2 and config["batch_size"] > config["fits"]:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated) at batch_size={config['batch_size']}")
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"epoch": epoch}, f)
+            tune.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "start": start,
+                         "batch_size_seen": config["batch_size"]}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
 def two_objectives(config):
     """Two objectives with a known Pareto front (ZDT1's shape): f1 = x and f2 = 1 + y - sqrt(x), both
     minimized, over ``epochs`` iterations (f2 falls to its final value); the front is every trial

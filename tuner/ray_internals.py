@@ -73,15 +73,17 @@ def tune_session() -> Any:
     return get_session()
 
 
-def guard_session_report(check: Callable[[dict], None]) -> None:
-    """Make this trial's Ray session call ``check(metrics)`` before each ``report``.
+def guard_session_report(check: Callable[[dict], dict]) -> None:
+    """Make this trial's Ray session report ``check(metrics)`` in place of each ``metrics``.
 
     Replaces the ``report`` method of the :func:`tune_session` object (Ray 2.60's
     ``_TrainSession.report(metrics, checkpoint=...)``, which ``ray.tune.report`` and a
-    returned dict go through), so that tuner's NaN guard (:func:`tuner.trainable._guard_reports`)
-    covers a raw Ray Tune trainable. The session is per actor and kept between trials of a
-    reused actor: the original ``report`` is kept on it (``_tuner_unguarded_report``) and
-    wrapped once, with the latest ``check``. Nothing happens outside a trial.
+    returned dict go through), so that tuner's NaN guard and extra metrics
+    (:func:`tuner.trainable._guard_reports`) cover a raw Ray Tune trainable: ``check`` raises
+    to refuse a result, or returns the metrics to report (a new dict; the caller's is left as
+    it was). The session is per actor and kept between trials of a reused actor: the original
+    ``report`` is kept on it (``_tuner_unguarded_report``) and wrapped once, with the latest
+    ``check``. Nothing happens outside a trial.
     """
     session = tune_session()
     if session is None:
@@ -89,8 +91,7 @@ def guard_session_report(check: Callable[[dict], None]) -> None:
     original = getattr(session, "_tuner_unguarded_report", None) or session.report
 
     def report(metrics, *args, **kwargs):
-        check(metrics)
-        return original(metrics, *args, **kwargs)
+        return original(check(metrics), *args, **kwargs)
 
     session._tuner_unguarded_report = original
     session.report = report

@@ -517,21 +517,30 @@ def objective_metrics(spec: Spec) -> tuple[str, ...] | None:
 
 
 def _guard_reports(metric: str | tuple[str, ...] | None) -> None:
-    """Refuse a non-finite ``metric`` (any objective's) however this trial's function reports it.
+    """Give a Ray Tune function trainable's results what ``tuner.trial.report`` gives its own.
 
-    ``tuner.trial.report`` checks its own results; a Ray Tune function trainable that
-    calls ``ray.tune.report`` (or returns a dict) goes through the trial's Ray session
-    instead, so its ``report`` is wrapped here, in the trial's process
-    (:func:`tuner.ray_internals.guard_session_report`), to raise
-    :class:`~tuner.trial.NonFiniteMetricError` before the result reaches the driver (and
-    the scheduler's rungs). Ray's session object is per actor and reset between trials
-    of a reused actor, so the guard is installed once and kept.
+    ``tuner.trial.report`` checks its own results and adds tuner's extra metrics; a Ray Tune
+    function trainable that calls ``ray.tune.report`` (or returns a dict) goes through the
+    trial's Ray session instead, so its ``report`` is wrapped here, in the trial's process
+    (:func:`tuner.ray_internals.guard_session_report`), to:
+
+    * raise :class:`~tuner.trial.NonFiniteMetricError` for a non-finite ``metric`` (any
+      objective's) before the result reaches the driver (and the scheduler's rungs);
+    * add the extra metrics of the trial's options (``<oom_backoff>_used``, the batch the
+      function runs with), as ``tuner.trial.report`` does.
+
+    Ray's session object is per actor and reset between trials of a reused actor, so the
+    guard is installed once and kept, with the latest check.
     """
-    if not metric:
-        return
     from tuner.ray_internals import guard_session_report
 
-    guard_session_report(lambda metrics: trial.check_finite(metrics, metric))
+    def check(metrics: dict) -> dict:
+        if metric:
+            trial.check_finite(metrics, metric)
+        extra = trial.options().extra_metrics
+        return {**metrics, **extra} if extra else metrics
+
+    guard_session_report(check)
 
 
 def class_trainable(cls: type, spec: Spec, experiment_path: str, *, trial_seed: int | None = None) -> type:
