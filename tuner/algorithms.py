@@ -309,7 +309,8 @@ def quiet_schedulers(scheduler_type: str) -> None:
       ``num_to_keep`` is safe.
     * "Consider boosting PBT performance by enabling `reuse_actors`": tuner reuses actors
       wherever it can (``tuner.trainable.reuse_actors``); where it does not (a DDP trial, whose
-      worker group restarts anyway), the hint has nothing to offer.
+      worker group restarts anyway; a class trainable, which Ray 2.60 sometimes ended early on
+      a reused actor after an exploit), the hint has nothing to offer.
 
     Args:
         scheduler_type: The spec's ``scheduler.type``.

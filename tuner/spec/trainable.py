@@ -218,7 +218,7 @@ def check_trainable(spec: Spec, trainable: Any) -> None:
             raise spec.error("scheduler.type", f"scheduler {spec.scheduler.type} restarts a trial of the bottom "
                              "quantile from the checkpoint of a top trial (exploit), but "
                              f"{name} does not implement {' and '.join(missing)}, so it has no checkpoint to clone; "
-                             "implement them (and reset_config, so that Ray reuses the actor).")
+                             "implement them.")
 
 
 def implements(cls: type, method: str) -> bool:
