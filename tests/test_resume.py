@@ -58,6 +58,26 @@ def wait_for_progress(exp, min_lines, timeout=600):
     raise AssertionError("no progress")
 
 
+def wait_for_saved_checkpoint(exp, timeout=600):
+    """Wait until Ray's newest experiment state in ``exp`` records a checkpoint for some trial, the one a
+    resume restores (Ray rewrites the file every few seconds, so trials can report and checkpoint well
+    before a state that knows of it is saved; a gate on the file, the timeout generous)."""
+    from tuner.layout import EXPERIMENT_STATE_GLOB
+    from tuner.ray_internals import SavedCheckpoints, saved_trial_entries
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for state in sorted(exp.glob(EXPERIMENT_STATE_GLOB))[-1:]:
+            try:  # Ray writes the file in place: a half-written one is read again
+                entries = saved_trial_entries(json.loads(state.read_text()))
+            except (OSError, ValueError):
+                continue
+            if any(SavedCheckpoints(entry).latest for entry in entries):
+                return
+        time.sleep(0.3)
+    raise AssertionError("no experiment state with a checkpoint")
+
+
 def locked(exp, pid):
     """What `tuner run`/`tuner resume` prints when the experiment lock is held by ``pid``."""
     return (f"tuner: error: the experiment folder {exp} is in use by pid {pid}; wait for that run to end (or "

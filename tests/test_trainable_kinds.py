@@ -234,13 +234,14 @@ def test_class_trainable_from_yaml_survives_a_killed_driver(tmp_path):
     the checkpoints Ray took through save_checkpoint."""
     import signal
 
-    from tests.test_resume import start, wait_for_progress
+    from tests.test_resume import start, wait_for_progress, wait_for_saved_checkpoint
 
     spec_file = tmp_path / "counter.yaml"
     spec_file.write_text(CLASS_SPEC)
     exp = tmp_path / "runs" / "counter"
     proc = start("run", spec_file, "--num-cpus", "2", "--storage", tmp_path / "runs")
     wait_for_progress(exp, 5)
+    wait_for_saved_checkpoint(exp)  # else a resume has no checkpoint to go on from and starts over
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     resumed = start("resume", exp, "--num-cpus", "2")
