@@ -77,12 +77,16 @@ def _listening(pids) -> list[tuple[str, int, int]]:
     owner = {}
     for pid in pids:
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    owner[link[8:-1]] = pid
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
+        for fd in fds:
+            try:  # a busy process (the GCS) closes connections' fds while they are read: skip only that fd
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                owner[link[8:-1]] = pid
     found = []
     for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
         if not Path(table).exists():
