@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +31,25 @@ def start_local_ray(num_cpus: int) -> None:
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 
 
+@contextmanager
+def local_ray(num_cpus: int):
+    """The Ray a benchmark runs on: the one this process already has, left running (a test's session Ray,
+    ``ray_local``, where the test runs the script's ``main`` in-process), or else a new local one
+    (:func:`start_local_ray`, ``num_cpus`` CPUs), shut down at the end."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    start_local_ray(num_cpus)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def run_on_local_ray(num_cpus: int, prefix: str, jobs) -> tuple[list[dict], float]:
-    """Run experiments one after the other on one local Ray (:func:`start_local_ray`), in one temporary folder.
+    """Run experiments one after the other on one local Ray (:func:`local_ray`), in one temporary folder.
 
     Args:
         num_cpus: CPUs of the local Ray.
@@ -44,19 +62,13 @@ def run_on_local_ray(num_cpus: int, prefix: str, jobs) -> tuple[list[dict], floa
     """
     import tempfile
 
-    import ray
-
     started = time.perf_counter()
-    start_local_ray(num_cpus)
     runs = []
-    try:
-        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-            for job in jobs:
-                run, line = job(Path(tmp))
-                runs.append(run)
-                print(line, flush=True)
-    finally:
-        ray.shutdown()
+    with local_ray(num_cpus), tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for job in jobs:
+            run, line = job(Path(tmp))
+            runs.append(run)
+            print(line, flush=True)
     return runs, time.perf_counter() - started
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import ROOT, load_average, machine_line, start_local_ray, write_section  # noqa: E402
+from benchmarks._common import ROOT, load_average, local_ray, machine_line, write_section
 
 HEADING = "A real training run: MNIST CNN, ASHA against FIFO (`benchmarks/mnist_schedulers.py`)"
 BASE_SPEC = ROOT / "search_spaces" / "mnist_asha.yaml"
@@ -84,12 +84,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
 
-    import ray
-
     load_before = load_average()
-    start_local_ray(args.num_cpus)
     runs = []
-    try:
+    with local_ray(args.num_cpus):
         with tempfile.TemporaryDirectory(prefix="tuner-bench-mnist-") as tmp:
             for i, seed in enumerate(seeds):
                 # Alternate which scheduler goes first, so a slow spell of the machine hits both.
@@ -101,8 +98,6 @@ def main(argv=None) -> None:
                     print(f"{scheduler} seed {seed}: {r['wall_s']:.1f} s, {r['epochs']} epochs, reached "
                           f"{args.accuracy} after {r['reach_s']:.1f} s / {r['reach_epochs']} epochs, "
                           f"best {r['best']:.4f}", flush=True)
-    finally:
-        ray.shutdown()
 
     def fmt(x, spec):
         return "not reached" if isinstance(x, float) and math.isnan(x) else format(x, spec)

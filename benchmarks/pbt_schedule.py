@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import load_average, machine_line, start_local_ray, write_section
+from benchmarks._common import load_average, local_ray, machine_line, write_section
 from benchmarks.workloads import (
     SCHEDULE_LR_BOUNDS, read_budget_file, schedule_optimal_lr, schedule_step)
 
@@ -143,23 +143,17 @@ def main(argv=None) -> None:
     if unknown:
         parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
 
-    import ray
-
     from benchmarks._common import code_version
 
     load_before = load_average()
     started = time.perf_counter()
-    start_local_ray(args.num_cpus)
     runs = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="tuner-bench-pbt-") as tmp:
-            for seed in range(args.seeds):
-                for method in methods:
-                    r = run_one(method, seed, args.population, args.max_t, Path(tmp))
-                    runs.append(r)
-                    print(json.dumps(r), flush=True)
-    finally:
-        ray.shutdown()
+    with local_ray(args.num_cpus), tempfile.TemporaryDirectory(prefix="tuner-bench-pbt-") as tmp:
+        for seed in range(args.seeds):
+            for method in methods:
+                r = run_one(method, seed, args.population, args.max_t, Path(tmp))
+                runs.append(r)
+                print(json.dumps(r), flush=True)
     total_s = time.perf_counter() - started
 
     fixed_lr, fixed_acc = best_fixed(args.max_t)

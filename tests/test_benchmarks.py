@@ -1,6 +1,7 @@
 """The benchmarks run at a tiny size and write their figures (no time is asserted)."""
 
 import argparse
+import importlib
 import importlib.util
 import json
 import math
@@ -18,6 +19,14 @@ def _bench(*args, timeout=600):
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def _bench_main(ray_local, script, *args):
+    """Run ``benchmarks/<script>.py``'s ``main`` in this process, on the session's Ray (``ray_local``), which it
+    leaves running (benchmarks/_common.py: local_ray): the script's own Ray start would cost more than its runs."""
+    module = importlib.import_module(f"benchmarks.{script}")
+    assert ray_local.is_initialized()
+    module.main([str(a) for a in args])
 
 
 def _table_rows(text, first_cell):
@@ -38,6 +47,23 @@ def test_trial_startup_benchmark_writes_its_table(tmp_path):
 
 
 # --------------------------------------------------------------------------- pieces, no Ray
+
+
+def test_proc_cpu_names_each_kind_of_process():
+    """benchmarks/proc_cpu.py --by-kind: Ray's daemons by script or binary (the raylet's command line names the
+    agents' scripts, and is still the raylet), a worker by its actor's class, the tuner CLI however started."""
+    from benchmarks.proc_cpu import kind_of
+
+    venv = "/v/lib/python3.11/site-packages/ray"
+    assert kind_of(f"{venv}/core/src/ray/raylet/raylet --dashboard_agent_command=python {venv}/dashboard/agent.py") \
+        == "Ray: raylet"
+    assert kind_of(f"/v/bin/python -u {venv}/dashboard/agent.py --node-ip-address=1") == "Ray: dashboard agent"
+    assert kind_of(f"/v/bin/python -u {venv}/_private/log_monitor.py --session-dir=/tmp") == "Ray: log monitor"
+    assert kind_of("ray::ImplicitFunc.train") == "ray::ImplicitFunc" == kind_of("ray::ImplicitFunc")
+    assert kind_of("/v/bin/python -m tuner run spec.yaml") == "tuner CLI" == kind_of("/v/bin/python /v/bin/tuner run")
+    assert kind_of("/v/bin/python -m pytest -x") == "python -m pytest"
+    assert kind_of("/v/bin/python benchmarks/overhead.py --trials 2") == "python overhead.py"
+    assert kind_of("") == "?"
 
 
 def test_objectives_match_their_published_optima():
@@ -199,11 +225,11 @@ def test_scale_growth_table_names_how_each_figure_grows():
 
 
 @pytest.mark.slow
-def test_search_efficiency_benchmark_writes_regret_tables_and_plots(tmp_path):
+def test_search_efficiency_benchmark_writes_regret_tables_and_plots(ray_local, tmp_path):
     out = tmp_path / "bench.md"
     img = tmp_path / "img"
     saved = tmp_path / "runs.json"
-    _bench("benchmarks/search_efficiency.py", "--seeds", "1", "--budget", "0.3", "--objectives", "lc_toy",
+    _bench_main(ray_local, "search_efficiency", "--seeds", "1", "--budget", "0.3", "--objectives", "lc_toy",
            "--methods", "random+fifo,random+asha,peer-optuna+hyperband", "--bootstrap", "50", "--output", out,
            "--img-dir", img, "--save-runs", saved)
     text = out.read_text()
@@ -216,7 +242,7 @@ def test_search_efficiency_benchmark_writes_regret_tables_and_plots(tmp_path):
     assert "peer-optuna+hyperband" in target
     # A peer added to the saved runs: only it runs (no Ray), the others are read back as they were.
     out2 = tmp_path / "bench2.md"
-    _bench("benchmarks/search_efficiency.py", "--seeds", "1", "--objectives", "lc_toy", "--methods",
+    _bench_main(ray_local, "search_efficiency", "--seeds", "1", "--objectives", "lc_toy", "--methods",
            "random+fifo,random+asha,peer-optuna+hyperband,peer-optuna+median", "--bootstrap", "50",
            "--output", out2, "--img-dir", img, "--load-runs", saved, "--run-missing")
     text2 = out2.read_text()
@@ -229,9 +255,9 @@ def test_search_efficiency_benchmark_writes_regret_tables_and_plots(tmp_path):
 
 
 @pytest.mark.slow
-def test_mnist_benchmark_writes_both_schedulers(tmp_path):
+def test_mnist_benchmark_writes_both_schedulers(ray_local, tmp_path):
     out = tmp_path / "bench.md"
-    _bench("benchmarks/mnist_schedulers.py", "--seeds", "0", "--trials", "1", "--epochs", "1", "--limit-train",
+    _bench_main(ray_local, "mnist_schedulers", "--seeds", "0", "--trials", "1", "--epochs", "1", "--limit-train",
            "200", "--accuracy", "0.05", "--output", out)
     text = out.read_text()
     assert "## A real training run" in text and "Machine: " in text
@@ -250,9 +276,9 @@ def test_schedule_toy_needs_a_schedule():
 
 
 @pytest.mark.slow
-def test_pbt_benchmark_writes_every_method(tmp_path):
+def test_pbt_benchmark_writes_every_method(ray_local, tmp_path):
     out = tmp_path / "bench.md"
-    _bench("benchmarks/pbt_schedule.py", "--seeds", "1", "--population", "2", "--max-t", "6", "--output", out)
+    _bench_main(ray_local, "pbt_schedule", "--seeds", "1", "--population", "2", "--max-t", "6", "--output", out)
     text = out.read_text()
     assert "## PBT and PB2" in text
     for method in ("random+fifo", "random+asha", "pbt", "pb2"):
@@ -300,11 +326,11 @@ def test_multiobjective_score_reevaluates_tuners_front():
 
 
 @pytest.mark.slow
-def test_multiobjective_benchmark_writes_its_table_and_plot(tmp_path):
+def test_multiobjective_benchmark_writes_its_table_and_plot(ray_local, tmp_path):
     out = tmp_path / "bench.md"
     img = tmp_path / "img"
     methods = ("random", "tpe+asha[f2]")  # random search; Optuna's multi-objective TPE with ASHA on the second
-    _bench("benchmarks/multiobjective.py", "--seeds", "1", "--budget", "27", "--methods", ",".join(methods),
+    _bench_main(ray_local, "multiobjective", "--seeds", "1", "--budget", "27", "--methods", ",".join(methods),
            "--output", out, "--img-dir", img)
     text = out.read_text()
     assert "## Several objectives: ZDT1" in text and "Machine: " in text
@@ -424,10 +450,10 @@ def test_conditional_regret_follows_the_trial_tuner_returns():
 
 
 @pytest.mark.slow
-def test_conditional_benchmark_writes_its_table_and_plot(tmp_path):
+def test_conditional_benchmark_writes_its_table_and_plot(ray_local, tmp_path):
     out = tmp_path / "bench.md"
     img = tmp_path / "img"
-    _bench("benchmarks/conditional.py", "--seeds", "1", "--budget", "18", "--methods", "random,bohb",
+    _bench_main(ray_local, "conditional", "--seeds", "1", "--budget", "18", "--methods", "random,bohb",
            "--output", out, "--img-dir", img)
     text = out.read_text()
     assert "## Conditional search spaces" in text and "Machine: " in text

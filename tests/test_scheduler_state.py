@@ -26,6 +26,10 @@ import pytest
 from tests.fixtures.paths import ROOT
 from tuner.layout import CALLBACK_STATE_GLOB
 
+# One xdist worker runs this file, so its module-scoped references (an uninterrupted run of each case) are
+# made once: the hyperband one serves both the SIGKILL and the Ctrl-C case.
+pytestmark = pytest.mark.xdist_group("test_scheduler_state")
+
 SPEC = """\
 name: {name}
 trainable: tests.trainables:held_until_gate
