@@ -305,6 +305,13 @@ def _readable(file: Path) -> bool:
     return load_state_file(file) is not None
 
 
+def _monotonic() -> float:
+    """Seconds of ``time.monotonic``: :class:`StateSnapshots`' clock (a test sets this one, not the process's)."""
+    import time
+
+    return time.monotonic()
+
+
 class StateSnapshots(Callback):
     """Keep the last readable copy of Ray Tune's experiment state, written atomically.
 
@@ -358,12 +365,10 @@ class StateSnapshots(Callback):
                 old.unlink(missing_ok=True)
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
-        import time
-
-        now = time.monotonic()
+        now = _monotonic()
         if now - self._last >= self._wait_s:
             self._snapshot()
-            self._last = time.monotonic()
+            self._last = _monotonic()
             self._wait_s = max(self.period_s, 19 * (self._last - now))
 
     def on_experiment_end(self, trials: list, **info) -> None:
