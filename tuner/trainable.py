@@ -243,7 +243,7 @@ def _marker_path(name: str, experiment_path: str, trial_id: str | None = None) -
 def _single_process_trial(fn: Callable, spec: Spec, experiment_path: str, fixed_seed: int | None,
                           config: dict) -> Any:
     """Run the train function in this Tune trial, with a time limit and OOM back-off."""
-    _guard_reports(objective_metrics(spec))
+    _guard_reports()
     try:
         with _Watchdog(spec.trial_timeout_s, _timeout_message(spec), _marker_path(_name(fn), experiment_path)):
             return _run_with_backoff(fn, spec, config, _trial_seed(spec, config, fixed_seed))
@@ -516,31 +516,27 @@ def objective_metrics(spec: Spec) -> tuple[str, ...] | None:
     return tuple(o.metric for o in spec.objectives or ()) or None
 
 
-def _guard_reports(metric: str | tuple[str, ...] | None) -> None:
+def _guard_reports() -> None:
     """Give a Ray Tune function trainable's results what ``tuner.trial.report`` gives its own.
 
-    ``tuner.trial.report`` checks its own results and adds tuner's extra metrics; a Ray Tune
-    function trainable that calls ``ray.tune.report`` (or returns a dict) goes through the
-    trial's Ray session instead, so its ``report`` is wrapped here, in the trial's process
-    (:func:`tuner.ray_internals.guard_session_report`), to:
+    ``tuner.trial.report`` checks its own results and adds tuner's extra metrics
+    (:func:`tuner.trial.leaving_result`); a Ray Tune function trainable that calls
+    ``ray.tune.report`` (or returns a dict) goes through the trial's Ray session instead, so its
+    ``report`` is wrapped here, in the trial's process
+    (:func:`tuner.ray_internals.guard_session_report`), to do the same with the trial's options
+    at the time of the report:
 
-    * raise :class:`~tuner.trial.NonFiniteMetricError` for a non-finite ``metric`` (any
+    * raise :class:`~tuner.trial.NonFiniteMetricError` for a non-finite tuned metric (any
       objective's) before the result reaches the driver (and the scheduler's rungs);
     * add the extra metrics of the trial's options (``<oom_backoff>_used``, the batch the
-      function runs with), as ``tuner.trial.report`` does.
+      function runs with).
 
     Ray's session object is per actor and reset between trials of a reused actor, so the
-    guard is installed once and kept, with the latest check.
+    guard is installed once and kept.
     """
     from tuner.ray_internals import guard_session_report
 
-    def check(metrics: dict) -> dict:
-        if metric:
-            trial.check_finite(metrics, metric)
-        extra = trial.options().extra_metrics
-        return {**metrics, **extra} if extra else metrics
-
-    guard_session_report(check)
+    guard_session_report(trial.leaving_result)
 
 
 def class_trainable(cls: type, spec: Spec, experiment_path: str, *, trial_seed: int | None = None) -> type:

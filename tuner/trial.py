@@ -686,9 +686,7 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
             another non-scalar type.
     """
     global _latest_checkpoint, _reports
-    clean = {str(k): _scalar(k, v) for k, v in metrics.items()}
-    clean.update(options().extra_metrics)
-    check_finite(clean, options().metric)
+    clean = leaving_result({str(k): _scalar(k, v) for k, v in metrics.items()})
     _reports += 1
     if _reports % options().checkpoint_frequency:
         checkpoint_dir = None  # checkpoint.frequency: keep every n-th
@@ -721,6 +719,28 @@ def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None 
 
 class NonFiniteMetricError(FloatingPointError):
     """The tuned metric was NaN or inf: the trial is failed, never the best."""
+
+
+def leaving_result(metrics: Mapping[str, Any]) -> dict:
+    """One result as it leaves the trial: ``metrics`` with the trial's extra metrics added
+    (:attr:`TrialOptions.extra_metrics`, e.g. ``batch_size_used``), refused when the tuned
+    metric is not finite (:func:`check_finite`).
+
+    Called by :func:`report`, and for a Ray Tune function trainable's own ``ray.tune.report``
+    by the trial's guarded Ray session (``tuner.trainable._guard_reports``).
+
+    Args:
+        metrics: One result, metric name to value; left as it was.
+
+    Returns:
+        A new dict: ``metrics`` and the extra metrics.
+
+    Raises:
+        NonFiniteMetricError: When the tuned metric (any objective's) is NaN or +-inf.
+    """
+    out = {**metrics, **options().extra_metrics}
+    check_finite(out, options().metric)
+    return out
 
 
 def check_finite(metrics: Mapping[str, Any], name: str | Sequence[str] | None) -> None:
