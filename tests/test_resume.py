@@ -62,18 +62,16 @@ def wait_for_saved_checkpoint(exp, timeout=600):
     """Wait until Ray's newest experiment state in ``exp`` records a checkpoint for some trial, the one a
     resume restores (Ray rewrites the file every few seconds, so trials can report and checkpoint well
     before a state that knows of it is saved; a gate on the file, the timeout generous)."""
-    from tuner.layout import EXPERIMENT_STATE_GLOB
     from tuner.ray_internals import SavedCheckpoints, saved_trial_entries
+    from tuner.state import load_state_file, newest_state_file
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for state in sorted(exp.glob(EXPERIMENT_STATE_GLOB))[-1:]:
-            try:  # Ray writes the file in place: a half-written one is read again
-                entries = saved_trial_entries(json.loads(state.read_text()))
-            except (OSError, ValueError):
-                continue
-            if any(SavedCheckpoints(entry).latest for entry in entries):
-                return
+        newest = newest_state_file(exp)
+        # Ray writes the file in place: a half-written one (None) is read again.
+        state = load_state_file(newest) if newest else None
+        if state and any(SavedCheckpoints(entry).latest for entry in saved_trial_entries(state)):
+            return
         time.sleep(0.3)
     raise AssertionError("no experiment state with a checkpoint")
 
