@@ -523,7 +523,9 @@ def slow_unless_failing(config):
     """Reports every config['sleep'] s for config['epochs'] epochs; with config['fail'], raises after its
     first report. With config['gate'] (a file path), a trial that does not fail writes that file after its
     first report, and a failing one waits for it (up to 2 minutes) before it raises, so a trial running
-    beside the failing one has always reported once, however late its process started."""
+    beside the failing one has always reported once, however late its process started; the failing one
+    writes ``<gate>.failing`` just before it raises, and the other waits for that (up to 2 minutes) before
+    its second epoch, so it is still running, with all but one epoch ahead, when the error comes."""
     import time
     from pathlib import Path
 
@@ -535,9 +537,16 @@ def slow_unless_failing(config):
                 if gate.exists():
                     break
                 time.sleep(0.2)
+            if gate:
+                gate.with_name(gate.name + ".failing").write_text("failing")
             raise RuntimeError("this trial fails on purpose")
         if gate and i == 0:
             gate.write_text("reported")
+            failing = gate.with_name(gate.name + ".failing")
+            for _ in range(600):
+                if failing.exists():
+                    break
+                time.sleep(0.2)
         time.sleep(config.get("sleep", 0.2))
 
 
