@@ -50,13 +50,13 @@ reporting: {{cli: false, tensorboard: false}}
 
 
 @pytest.fixture(scope="module")
-def peaks_run(tmp_path_factory, run_cli):
+def peaks_run(tmp_path_factory, run_cli, on_session_ray):
     """The run: (its process, the experiment folder, summary.json, {label: trial id})."""
     tmp = tmp_path_factory.mktemp("peaks")
     (tmp / "fail").mkdir()
     spec = tmp / "peaks.yaml"
     spec.write_text(SPEC.replace("FAIL_DIR", str(tmp / "fail")))
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp / "runs")
+    proc = run_cli("run", spec, "--storage", tmp / "runs", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr[-3000:]
     exp = tmp / "runs" / "peaks"
     summary = json.loads((exp / SUMMARY).read_text())

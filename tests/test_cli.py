@@ -300,7 +300,7 @@ def test_run_records_the_asha_forecast_with_its_range(toy_run):
     assert record["at_once"] == record["trials_at_once"] == 2 and "simulated" in record["rule"]
     assert isinstance(record["notes"], list)
 
-def test_model_based_searchers_leave_stderr_empty(tmp_path, run_cli, toy_run):
+def test_model_based_searchers_leave_stderr_empty(tmp_path, run_cli, toy_run, on_session_ray):
     """No library warning reaches the console: none of Optuna's (toy_run searches with Optuna, 12 trials,
     more than its 10 random start-up trials), nor statsmodels' FutureWarning under BOHB (it did, once
     its KDE model is fit: enough trials for that)."""
@@ -320,7 +320,7 @@ scheduler: {type: bohb, max_t: 3, reduction_factor: 3}
 param_space: {x: {type: uniform, low: 0, high: 1}, epochs: 3}
 resources: {cpu: 1}
 """)
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    proc = run_cli("run", spec, "--storage", tmp_path / "runs", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
 
@@ -329,7 +329,7 @@ ELAPSED = re.compile(r"^Progress: (\d+)/4 trials done(?: \((\d+) errored\))? \| 
                      r"(?:best trial (?P<trial>\S+), last loss=(?P<value>\S+)|no loss reported yet)$")
 
 
-def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, run_cli, make_spec):
+def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, run_cli, make_spec, on_session_ray):
     """Exit 1 naming the errored trials. On the console (the classic CLIReporter through a real
     `tuner run`), the table's `Current best trial` and the progress line under it name the same
     trial, never an errored one though errored trials have better last values (the rule of
@@ -339,7 +339,7 @@ def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, r
                      .replace("scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}",
                               "scheduler: {type: fifo}"), file="toy.yaml")  # ASHA could stop the failing trials first
     # Seed 0 samples x = 0.64, 0.04, 0.02, 0.91: two of the 4 trials error.
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs", env={"RAY_AIR_NEW_OUTPUT": "0"})
+    proc = run_cli("run", spec, "--storage", tmp_path / "runs", env={"RAY_AIR_NEW_OUTPUT": "0", **on_session_ray})
     assert proc.returncode == 1, proc.stderr
     exp = tmp_path / "runs" / "toy"
     summary = json.loads((exp / "summary.json").read_text())
@@ -473,11 +473,11 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path, run_cli, make_spec):
     assert listed.stdout.splitlines()[1].split()[:3] == ["toy", "interrupted", "4"]
 
 
-def test_first_trial_error_aborts_with_traceback(tmp_path, run_cli, make_spec):
+def test_first_trial_error_aborts_with_traceback(tmp_path, run_cli, make_spec, on_session_ray):
     """A bug that fails the first trial before any result stops the run, instead of burning the budget."""
     spec = make_spec(TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
                      .replace("num_samples: 4", "num_samples: 20"), file="toy.yaml")
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    proc = run_cli("run", spec, "--storage", tmp_path / "runs", env=on_session_ray)
     assert proc.returncode == 1
     assert "failed before any trial reported a result, so the experiment stopped" in proc.stderr
     assert "Traceback" in proc.stderr and "KeyError: 'learning_rate'" in proc.stderr
@@ -489,10 +489,10 @@ def test_first_trial_error_aborts_with_traceback(tmp_path, run_cli, make_spec):
     assert summary["trials"]["by_status"].get("ERROR", 0) <= 2, "at most the trials already running fail"
 
 
-def test_first_error_abort_can_be_turned_off(tmp_path, run_cli, make_spec):
+def test_first_error_abort_can_be_turned_off(tmp_path, run_cli, make_spec, on_session_ray):
     spec = make_spec(TOY.replace("tests.trainables:quadratic", "tests.trainables:typo")
                      + "failure: {abort_on_first_error: false}\n", file="toy.yaml")
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    proc = run_cli("run", spec, "--storage", tmp_path / "runs", env=on_session_ray)
     assert proc.returncode == 1
     summary = json.loads((tmp_path / "runs" / "toy" / "summary.json").read_text())
     assert summary["aborted"] is None and summary["trials"]["by_status"] == {"ERROR": 4}

@@ -378,7 +378,8 @@ reporting: {cli: {max_report_frequency: 1}, tensorboard: false}
 
 
 @pytest.mark.slow
-def test_random_search_completes_a_point_and_the_console_leaves_inactive_parameters_out(tmp_path, run_cli):
+def test_random_search_completes_a_point_and_the_console_leaves_inactive_parameters_out(tmp_path, run_cli,
+                                                                                       on_session_ray):
     """`tuner run` under random search: a point to evaluate is completed from the conditional space (sgd gets a
     momentum, no beta2); the console's table leaves an inactive parameter's cell blank, and the best-trial lines
     (the table's and the closing one) list only the parameters the best trial has."""
@@ -387,7 +388,7 @@ def test_random_search_completes_a_point_and_the_console_leaves_inactive_paramet
     from tests.fixtures.console import console_reports
 
     (tmp_path / "cond.yaml").write_text(CONSOLE_SPEC)
-    proc = run_cli("run", tmp_path / "cond.yaml", "--storage", tmp_path / "runs", "--num-cpus", "2")
+    proc = run_cli("run", tmp_path / "cond.yaml", "--storage", tmp_path / "runs", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "runs" / "cond-console" / RESULTS_CSV, dtype={"trial_id": str})
     by_index = {int(t.rsplit("_", 1)[1]): r for t, r in zip(rows["trial_id"], rows.to_dict("records"))}

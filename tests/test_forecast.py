@@ -275,11 +275,11 @@ reporting: {cli: false, tensorboard: false}
 
 
 @pytest.fixture(scope="module")
-def hb_run(tmp_path_factory):
+def hb_run(tmp_path_factory, on_session_ray):
     from tests.fixtures.cli import run_spec
 
     tmp = tmp_path_factory.mktemp("forecast")
-    return type("Run", (), {"tmp": tmp, "exp": run_spec(tmp, "hb", RUN_SPEC)})
+    return type("Run", (), {"tmp": tmp, "exp": run_spec(tmp, "hb", RUN_SPEC, on_session_ray)})
 
 
 @pytest.mark.slow

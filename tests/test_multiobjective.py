@@ -155,7 +155,7 @@ NSGA2_POINTS = ("[{x: 0.05, y: 0.0, size_as: value}, {x: 0.6, y: 0.0, size_as: m
 
 
 @pytest.fixture(scope="module")
-def nsga2(tmp_path_factory, run_cli):
+def nsga2(tmp_path_factory, run_cli, on_session_ray):
     """`tuner run` of NSGA-II with ASHA (no scheduler.metric: the first objective) on 2 CPUs, with its console:
     (experiment folder, results.csv rows, stdout)."""
     folder = tmp_path_factory.mktemp("nsga2")
@@ -164,7 +164,7 @@ def nsga2(tmp_path_factory, run_cli):
                                                        f"points_to_evaluate: {NSGA2_POINTS}}}")
     spec.write_text(text + "  size_as: {type: choice, values: [value, missing, nan]}\n"
                     "reporting: {cli: {max_report_frequency: 1}, tensorboard: false}\n")
-    proc = run_cli("run", spec, "--storage", folder / "runs", "--num-cpus", "2")
+    proc = run_cli("run", spec, "--storage", folder / "runs", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr[-3000:]
     exp = folder / "runs" / "mo"
     return exp, _rows(exp), proc.stdout

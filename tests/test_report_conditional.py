@@ -53,10 +53,10 @@ CONDITIONS = {"momentum": "optimizer = sgd", "beta2": "optimizer = adam", "model
 
 
 @pytest.fixture(scope="module")
-def exp(tmp_path_factory, run_cli):
+def exp(tmp_path_factory, run_cli, on_session_ray):
     """The experiment folder, and `tuner report` of it in every format. Returns a namespace."""
     tmp = tmp_path_factory.mktemp("conditional")
-    path = run_spec(tmp, "cond", SPEC)
+    path = run_spec(tmp, "cond", SPEC, on_session_ray)
     reports = {fmt: run_cli("report", path, "--format", fmt) for fmt in ("table", "csv", "json")}
     reports["html"] = run_cli("report", path, "--format", "html", "--output", tmp / "html" / "report.html")
     for fmt, r in reports.items():

@@ -42,9 +42,9 @@ LATENCY_MAX = 30.0
 
 
 @pytest.fixture(scope="module")
-def exp(tmp_path_factory):
+def exp(tmp_path_factory, on_session_ray):
     """The experiment folder of one real 2-objective run."""
-    return run_spec(tmp_path_factory.mktemp("pareto"), "pareto", SPEC)
+    return run_spec(tmp_path_factory.mktemp("pareto"), "pareto", SPEC, on_session_ray)
 
 
 def last_results(exp) -> dict[str, dict]:

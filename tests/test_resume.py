@@ -8,6 +8,7 @@ The tests that resume a run are marked slow (`-m "not slow"` skips them, as the 
 the refusals, which start no run of their own or refuse before Ray starts, stay in the fast subset."""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -36,9 +37,12 @@ reporting: {cli: false}
 """
 
 
-def start(*args):
+def start(*args, env=None):
+    """Start `python -m tuner ARGS` (stdout and stderr piped, text); ``env``: variables added to this
+    process's environment (``on_session_ray``'s, to run on the session's Ray)."""
     return subprocess.Popen([sys.executable, "-m", "tuner", *map(str, args)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def lines_of_progress(exp):
@@ -214,7 +218,7 @@ def test_resume_with_a_larger_num_samples_adds_only_the_new_trials(ray_local, tm
 
 
 @pytest.mark.slow
-def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(ray_local, tmp_path, run_cli):
+def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(ray_local, tmp_path, run_cli, on_session_ray):
     """`tuner run` stops on the time budget and says how to go on; `tuner resume` with the same budget is
     refused before Ray starts; with a larger one (resumed in-process: what it finishes is checked) the
     trials cut off go on from their checkpoints."""
@@ -223,7 +227,7 @@ def test_time_budget_spans_the_run_and_its_resumes_and_may_grow(ray_local, tmp_p
     spec = tmp_path / "steady.yaml"
     spec.write_text(body)
     exp = tmp_path / "runs" / "steady"
-    first = run_cli("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    first = run_cli("run", spec, "--storage", tmp_path / "runs", env=on_session_ray)
     assert first.returncode == 0, first.stderr
     assert f"the time budget of 4 s is spent. To go on, raise time_budget_s in the spec and run: " \
            f"python -m tuner resume {exp}" in first.stdout
@@ -263,7 +267,8 @@ def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path, run_cli):
 
 
 @pytest.mark.slow
-def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path, run_cli):
+def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path, run_cli,
+                                                                               on_session_ray):
     """A finished experiment resumes to nothing (resumed in-process); so does one whose newest state was
     truncated mid-write: `tuner resume` falls back to the snapshot, says so, and keeps the broken file aside."""
     spec = tmp_path / "steady.yaml"
@@ -278,7 +283,7 @@ def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(r
     assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json")} == before
     state = sorted(exp.glob("experiment_state-*.json"))[-1]
     state.write_text(state.read_text()[:100])  # truncated mid-write
-    proc = run_cli("resume", exp, "--num-cpus", "2")
+    proc = run_cli("resume", exp, env=on_session_ray)
     assert proc.returncode == 0, proc.stderr
     assert "the newest experiment state was unreadable; resumed from the snapshot" in proc.stdout
     assert (exp / (state.name + ".corrupt")).exists()
@@ -311,7 +316,7 @@ def reported(exp):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("search,scheduler", [("optuna", "asha"), ("bohb", "bohb")])
-def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler, run_cli):
+def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, scheduler, run_cli, on_session_ray):
     """Ctrl-C mid-run, then resume: the searcher carries on to exactly num_samples trials, from what it
     had learnt: what the resumed session saved includes every observation it held at the interrupt
     (the pre-resume trials' results). (BOHB learns at the rungs of Hyperband brackets only, so it
@@ -328,7 +333,7 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     spec = tmp_path / "s.yaml"
     spec.write_text(body)
     exp = tmp_path / "runs" / "steady"
-    proc = start("run", spec, "--num-cpus", "2", "--storage", tmp_path / "runs")
+    proc = start("run", spec, "--storage", tmp_path / "runs", env=on_session_ray)
     # After BOHB's first bracket is processed, with trials PAUSED at a rung: Ray 2.60's TuneBOHB
     # may have forgotten one of them (the resume failed with a KeyError in TuneBOHB.to_wrapper),
     # and a resumed Hyperband with new brackets (Ray does not save them; tuner does) unpaused none (it hung).
@@ -344,7 +349,7 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     assert learnt, "the searcher had learnt something before the interrupt"
     assert {value for _, _, value in learnt} <= reported(exp), "what it learnt are the trials' results"
     resumed_at = time.time()
-    done = run_cli("resume", exp, "--num-cpus", "2", timeout=300)
+    done = run_cli("resume", exp, timeout=300, env=on_session_ray)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", "a resumed (unpickled) BOHB searcher is as quiet as a new one"
     assert "starts afresh" not in done.stdout, "the resumed scheduler has its saved state (Hyperband: its brackets)"
@@ -406,7 +411,8 @@ def check_fall_back_on_copies(exp, trial_folder, copies):
 
 
 @pytest.mark.slow
-def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(ray_local, tmp_path, run_cli):
+def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_over(ray_local, tmp_path, run_cli,
+                                                                                    on_session_ray):
     """The trial with x = 0.9 errors at epoch 2 in the run (in-process, on the session's Ray). The
     checkpoint of epoch 1, which the saved state names for it, is deleted (as when a driver is killed
     after Ray deleted an old checkpoint and before it saved the state naming the new one): `tuner resume
@@ -445,7 +451,7 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
     check_fall_back_on_copies(exp, errored.name, tmp_path / "copies")
     shutil.rmtree(named)
 
-    again = run_cli("resume", exp, "--resume-errored", "--num-cpus", "2")
+    again = run_cli("resume", exp, "--resume-errored", env=on_session_ray)
     assert again.returncode == 1, again.stderr  # the trial errors again, at epoch 3
     trial_id = rows(0.9)[0]["trial_id"]
     assert (f"tuner: note: trial {trial_id}: its checkpoint checkpoint_000001, which the experiment state names, "

@@ -227,7 +227,7 @@ def test_the_report_of_other_schedulers_has_no_pbt_section(tmp_path):
 
 
 @pytest.mark.slow
-def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli):
+def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli, on_session_ray):
     """A replay of a perturbed trial: one trial, started with the schedule's first config, whose lr
     changes at each step of the schedule (progress.csv) and that trains every iteration of ``stop``
     (Ray 2.60's replay alone ended the trial one iteration after its first change), in <name>-replay
@@ -247,7 +247,7 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli):
     assert switching, schedules
     trial_id = switching[0]
     steps = schedules[trial_id]
-    proc = run_cli("run", spec, "--replay", f"{exp}:{trial_id}", "--num-cpus", "2")
+    proc = run_cli("run", spec, "--replay", f"{exp}:{trial_id}", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr
     replay = exp.with_name("pbt-replay")
     assert (replay / REPLAY_POLICY).read_text() == (exp / f"pbt_policy_{trial_id}.txt").read_text()

@@ -93,7 +93,7 @@ reporting: {{cli: false, tensorboard: false}}
 
 
 @pytest.mark.slow
-def test_the_same_seed_gives_the_same_metrics_for_every_trial(ray_local, tmp_path, run_cli):
+def test_the_same_seed_gives_the_same_metrics_for_every_trial(ray_local, tmp_path, run_cli, on_session_ray):
     """The same spec with seed 7 and seed_trials run twice, through the CLI and through tune_model in
     the session's Ray (other processes, trials in another order, on reused actors): each trial (by
     its creation index) reports the same draws from random, numpy and torch both times; the draws
@@ -102,7 +102,7 @@ def test_the_same_seed_gives_the_same_metrics_for_every_trial(ray_local, tmp_pat
     from tuner import tune_model
 
     (tmp_path / "first.yaml").write_text(SEEDED.format(name="first"))
-    proc = run_cli("run", tmp_path / "first.yaml", "--num-cpus", "2", "--storage", tmp_path / "runs")
+    proc = run_cli("run", tmp_path / "first.yaml", "--storage", tmp_path / "runs", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (tmp_path / "second.yaml").write_text(SEEDED.format(name="second"))
     tune_model(tmp_path / "second.yaml", storage=str(tmp_path / "runs"))

@@ -175,7 +175,7 @@ def _restored(experiment: Path, cls):
 
 
 @pytest.mark.slow
-def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study(earlier, run_cli):
+def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study(earlier, run_cli, on_session_ray):
     """B (`tuner run`) adds every trial of A to its study before its first suggestion, and says so. Resumed
     with one trial more (in-process, as `tuner resume` does, with A's folder gone), B's searcher still holds them, once each,
     and learns from the new trial too."""
@@ -189,7 +189,7 @@ def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study
             "search": {"algorithm": "optuna", "n_startup_trials": 2, "warm_start": [str(folder / "runs" / "a")]},
             "reporting": {"cli": False, "tensorboard": False}}
     (folder / "b.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    proc = run_cli("run", folder / "b.yaml", "--storage", folder / "runs", "--num-cpus", "2")
+    proc = run_cli("run", folder / "b.yaml", "--storage", folder / "runs", env=on_session_ray)
     assert proc.returncode == 0, proc.stderr[-3000:]
     inside = rows[rows["config/x"] < 0.8]
     assert f"warm start: {len(inside)} earlier trials, added to the Optuna study as completed trials" in proc.stdout
