@@ -49,14 +49,15 @@ def test_ray_example_runs_from_yaml(ray_local, tmp_path, name):
 
 
 @pytest.mark.slow
-def test_ray_class_example_through_the_cli_from_another_folder(tmp_path, run_cli):
+def test_ray_class_example_through_the_cli_from_another_folder(tmp_path, run_cli, on_session_ray):
     """`tuner run` of an example spec by its absolute path, from another folder, twice in a row:
     the second run gets a fresh folder.
 
     Small runs, as each class trial is an actor process of its own (the example has no
     reset_config): the first, 3 trials up to 4 iterations, fills one Hyperband bracket with a
     rung before max_t; the second, there for its folder, is 3 trials of 2 iterations (its best
-    reward is above 0 unless every trial drew height 0; with 2 trials both once did)."""
+    reward is above 0 unless every trial drew height 0; with 2 trials both once did). The first starts
+    its own Ray, as a user's would; the second connects to the session's."""
     spec = EXAMPLES / "hyperband_class.yaml"
 
     def args(samples: int, iterations: int) -> tuple:
@@ -65,7 +66,7 @@ def test_ray_class_example_through_the_cli_from_another_folder(tmp_path, run_cli
 
     first = run_cli(*args(3, 4), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    second = run_cli(*args(3, 2), cwd=tmp_path)
+    second = run_cli(*args(3, 2), cwd=tmp_path, env=on_session_ray)  # on the session's Ray: a Ray start less
     assert second.returncode == 0, second.stderr
     assert "runs/ray-hyperband holds an experiment already, so this run goes to ray-hyperband-2" in second.stdout
     for name, samples in (("ray-hyperband", 3), ("ray-hyperband-2", 3)):

@@ -8,6 +8,7 @@ module (the ``html`` fixture), for the tests that look at the page.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -47,15 +48,16 @@ PROGRESS = re.compile(r"^Progress: (\d+)/6 trials done \| (\d+)/600 s of time bu
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, run_cli):
-    """Run the experiment; report on it once while it runs. Returns a namespace of what it left."""
+def run(tmp_path_factory, run_cli, on_session_ray):
+    """Run the experiment (on the session's Ray); report on it once while it runs. Returns a namespace of what it left."""
     tmp = tmp_path_factory.mktemp("report")
     spec = tmp / "steady.yaml"
     spec.write_text(SPEC)
     storage = tmp / "runs"
     exp = storage / "steady"
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2", "--storage",
-                             str(storage)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--storage", str(storage)], cwd=ROOT,
+                            env={**os.environ, **on_session_ray}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if sum(len(p.read_text().splitlines()) for p in exp.glob("*/result.json")) >= 2:

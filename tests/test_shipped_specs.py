@@ -91,14 +91,15 @@ def assert_best_is_the_tables_best_row(exp, s):
     assert yaml.safe_load((exp / "best_config.yaml").read_text()) == best["config"]
 
 
-def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli):
-    """The tutorial spec runs on a tiny folder in the CIFAR-10 python format."""
+def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli, on_session_ray):
+    """The tutorial spec runs on a tiny folder in the CIFAR-10 python format (through the CLI, on the
+    session's Ray)."""
     from examples.cifar import make_fake_cifar
 
     data = make_fake_cifar(tmp_path / "cifar")
     proc = run_cli("run", "search_spaces/cifar_tutorial.yaml", "--storage", tmp_path / "runs",
                    "--num-samples", "2", "--set", f"param_space.data_dir={data}", "--set", "param_space.epochs=2",
-                   "--set", "scheduler.max_t=2", timeout=600)
+                   "--set", "scheduler.max_t=2", timeout=600, env=on_session_ray)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     s = summary(tmp_path / "runs" / "cifar-tutorial")
     assert s["trials"] == {"total": 2, "by_status": {"TERMINATED": 2}}
