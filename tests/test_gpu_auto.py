@@ -35,7 +35,8 @@ def _events(path) -> dict[str, dict[str, list[float]]]:
 def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(tmp_path, run_cli):
     """The first trial runs alone until its first result; every trial's share and reason reach results.csv,
     summary.json and gpu_packing.json; a trial that runs out of GPU memory (here: one below 0.25 of the GPU, once:
-    the probe, which asks for 0.2499) is retried with a raised expectation and a larger share, and finishes."""
+    the probe, which asks for 0.2499) is retried with a raised expectation and a larger share, and finishes. A
+    `tuner resume` with 2 trials more goes on from gpu_packing.json without probing again."""
     spec = _spec(tmp_path, "auto", samples=4, epochs=2, oom_share_below=0.25, oom_once_dir=str(tmp_path))
     spec["failure"] = {"max_failures": 1}
     path = tmp_path / "auto.yaml"
@@ -71,6 +72,22 @@ def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(t
     for entry in packing["memory"]:
         assert entry["key"]["batch_size"] in (32, 64) and not {"x", "oom_share_below"} & set(entry["key"]), entry
         assert entry["expected_bytes"] > 0
+    # `tuner resume` with 2 trials more (the budget may grow) goes on from gpu_packing.json: no new probe, the
+    # new trials get a level's share (not a whole GPU) from the start, and the earlier decisions are kept.
+    spec["num_samples"] = 6
+    more = tmp_path / "auto6.yaml"
+    more.write_text(yaml.safe_dump(spec))
+    resumed = run_cli("resume", exp, "--spec", more, "--num-cpus", "2", "--num-gpus", "1", timeout=600,
+                      env={"TUNER_GPU_MEMORY_READER": "tests.gpu_readers:roomy"})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((exp / "gpu_packing.json").read_text())
+    new = set(after["decisions"]) - set(packing["decisions"])
+    assert len(new) == 2 and not [i for i, d in after["decisions"].items() if d.get("probe") and i not in probes], \
+        after["decisions"]
+    assert all(after["decisions"][i]["gpu_share"] <= 0.25 and "probe" not in after["decisions"][i]["reason"]
+               for i in new), after["decisions"]
+    assert {i: after["decisions"][i] for i in packing["decisions"]} == packing["decisions"]
+    assert list(pd.read_csv(exp / "results.csv")["status"]) == ["TERMINATED"] * 6
 
 
 def test_gpu_auto_on_a_full_gpu_runs_one_trial_at_a_time(tmp_path, run_cli):

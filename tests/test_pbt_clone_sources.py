@@ -94,3 +94,41 @@ def test_clones_restore_from_kept_copies_that_go_when_no_trial_needs_them(ray_lo
     # and the folder is gone.
     assert all(history[-1]["training_iteration"] == MAX_T for history in rows.values())
     assert not clones.exists(), f"copies no trial can restore from are deleted: {sorted(p.name for p in clones.iterdir())}"
+
+
+def test_a_copy_name_still_in_use_gets_the_next_free_suffix(tmp_path):
+    """A clone source is kept as ``<trial id>-<iteration>``, and as ``-2``, ``-3`` ... after it while a copy of
+    that name is still in use (a clone took the trial back to an earlier iteration, which it reports again).
+    An older copy of the free name that no trial can restore from is replaced; the copies in use stay.
+    (The Ray look-ups of the experiment folder and of the copies in use are given here; the run above goes
+    through them.)"""
+    from types import SimpleNamespace
+
+    from ray.tune import Checkpoint
+
+    from tuner.population import KeepsCloneSources
+
+    clones = tmp_path / CLONE_SOURCES_DIR
+    in_use = {str(clones / "t1-5"), str(clones / "t1-5-2")}
+    for name in ("t1-5", "t1-5-2", "t1-5-3"):  # t1-5-3: an older copy that no trial can restore from
+        (clones / name).mkdir(parents=True)
+        (clones / name / "state.json").write_text(json.dumps({"from": name}))
+    source = tmp_path / "t1" / "checkpoint_000004"
+    source.mkdir(parents=True)
+    (source / "state.json").write_text(json.dumps({"from": "source"}))
+
+    class Kept(KeepsCloneSources):
+        def _clone_sources_folder(self, trial):
+            return str(clones)
+
+        def _clone_sources_in_use(self, besides=None):
+            return set(in_use)
+
+    kept = Kept().keep_clone_source(SimpleNamespace(trial_id="t1"), Checkpoint(str(source)), {"training_iteration": 5})
+    assert kept.path == str(clones / "t1-5-3")
+    assert json.loads((clones / "t1-5-3" / "state.json").read_text()) == {"from": "source"}, "the older copy replaced"
+    assert {p.name: json.loads((p / "state.json").read_text())["from"] for p in clones.iterdir()} == \
+        {"t1-5": "t1-5", "t1-5-2": "t1-5-2", "t1-5-3": "source"}, "the copies in use are kept as they were"
+    in_use.discard(str(clones / "t1-5"))
+    again = Kept().keep_clone_source(SimpleNamespace(trial_id="t1"), Checkpoint(str(source)), {"training_iteration": 5})
+    assert again.path == str(clones / "t1-5"), "the plain name again once no trial restores from its copy"

@@ -45,6 +45,22 @@ def test_a_trial_no_single_node_can_hold_is_refused_with_the_largest_node_named(
     check_fits(spec(workers=2, cpu_per_worker=1), TWO_SMALL_NODES)  # PACK: fits over both nodes
 
 
+def test_gpus_are_checked_node_by_node_too():
+    """`tuner validate --address` on a cluster with GPUs: 2 GPUs in all, one a node, cannot hold a trial of 2
+    GPUs (refused on resources.gpu, the largest node named), and gpu: auto needs a whole GPU on some node."""
+    two_gpu_nodes = ClusterResources(8, 2, "the Ray cluster at h:6379 (2 nodes)", ((4, 1), (4, 1)))
+    with pytest.raises(SpecError) as info:
+        check_fits(spec(cpu=1, gpu=2), two_gpu_nodes)
+    assert str(info.value).startswith(
+        "<spec>: resources.gpu: one trial asks for 1 CPU, 2 GPU on one node, but no node of the Ray cluster at "
+        "h:6379 (2 nodes) can hold it (the largest has 4 CPU, 1 GPU; 8 CPU, 2 GPU in all)")
+    check_fits(spec(cpu=1, gpu=1), two_gpu_nodes)
+    check_fits(spec(cpu=1, gpu="auto"), two_gpu_nodes)
+    with pytest.raises(SpecError) as info:
+        check_fits(spec(cpu=1, gpu="auto"), ClusterResources(8, 1, "c", ((4, 0.5), (4, 0.5))))
+    assert "resources.gpu: gpu: auto packs trials onto GPUs, but c has 1 GPU (no node has a whole one)" in str(info.value)
+
+
 @pytest.mark.parametrize("scheduler,cpus,noted", [
     ("hyperband", 2, True),  # 2 workers x 1 CPU: one DDP trial at a time
     ("bohb", 2, True),
