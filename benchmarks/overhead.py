@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import load_average, machine_line, median, python, run_timed, write_section  # noqa: E402
+from benchmarks._common import load_average, machine_line, median, python, run_timed, write_section
 
 HEADING = "Overhead against raw Ray Tune (`benchmarks/overhead.py`)"
 

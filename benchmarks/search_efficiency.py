@@ -62,11 +62,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
     IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, median_bootstrap, run_on_local_ray,
     write_section)
-from benchmarks.peers import PEERS, run_peer  # noqa: E402
-from benchmarks.workloads import OBJECTIVES, read_budget_file  # noqa: E402
+from benchmarks.peers import PEERS, run_peer
+from benchmarks.workloads import OBJECTIVES, read_budget_file
 
 HEADING = "Search efficiency: what the schedulers buy (`benchmarks/search_efficiency.py`)"
 TARGET_RATIO = 1 / 3

@@ -41,10 +41,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
     add_budget_options, budget_runs, parse_budget_args, machine_line, median, run_on_local_ray, write_section)
-from benchmarks.search_efficiency import regret_curve  # noqa: E402
-from benchmarks.workloads import OBJECTIVES, read_budget_file  # noqa: E402
+from benchmarks.search_efficiency import regret_curve
+from benchmarks.workloads import OBJECTIVES, read_budget_file
 
 HEADING = "Warm start: a second experiment from a first (`benchmarks/warm_start.py`)"
 OPTIMUM = OBJECTIVES["mfh6"].optimum

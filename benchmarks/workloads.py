@@ -163,7 +163,7 @@ class Objective:
     optimum: float
     param_space: dict
 
-    def values(self, config: dict, seed: int) -> "StepValues":
+    def values(self, config: dict, seed: int) -> StepValues:
         """A callable step -> reported value for this config (1 <= step <= max_t)."""
         raise NotImplementedError
 

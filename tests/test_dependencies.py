@@ -146,3 +146,14 @@ def test_xdist_keeps_a_group_on_one_worker(request):
     if not request.config.getvalue("loadgroup"):
         pytest.skip("not run under pytest-xdist's --dist loadgroup")
     assert request.node.nodeid.endswith("@test_dependencies"), request.node.nodeid
+
+
+def test_ci_runs_the_readmes_install_and_test_commands():
+    """.ci/run installs the project as the README's first command does and runs the README's test command
+    (lint, type check, tests), word for word."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("```bash\n") + len("```bash\n"):]
+    install, test = block[:block.index("```")].strip().splitlines()
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert install.split(" && ")[0] in ci, install
+    assert ci[-1] == test, (ci[-1], test)
