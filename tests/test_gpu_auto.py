@@ -73,7 +73,7 @@ def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(t
         assert entry["key"]["batch_size"] in (32, 64) and not {"x", "oom_share_below"} & set(entry["key"]), entry
         assert entry["expected_bytes"] > 0
     # `tuner resume` with 2 trials more (the budget may grow) goes on from gpu_packing.json: no new probe, the
-    # new trials get a level's share (not a whole GPU) from the start, and the earlier decisions are kept.
+    # new trials get their shares from the start, and the earlier decisions are kept.
     spec["num_samples"] = 6
     more = tmp_path / "auto6.yaml"
     more.write_text(yaml.safe_dump(spec))
@@ -84,8 +84,9 @@ def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(t
     new = set(after["decisions"]) - set(packing["decisions"])
     assert len(new) == 2 and not [i for i, d in after["decisions"].items() if d.get("probe") and i not in probes], \
         after["decisions"]
-    assert all(after["decisions"][i]["gpu_share"] <= 0.25 and "probe" not in after["decisions"][i]["reason"]
-               for i in new), after["decisions"]
+    # each from what the first run learned (the level, or the memory measured for its batch size), not a whole GPU
+    assert all(not after["decisions"][i]["probe"] and after["decisions"][i]["gpu_share"] < 1 and
+               after["decisions"][i]["reason"].startswith(("level ", "memory: ")) for i in new), after["decisions"]
     assert {i: after["decisions"][i] for i in packing["decisions"]} == packing["decisions"]
     assert list(pd.read_csv(exp / "results.csv")["status"]) == ["TERMINATED"] * 6
 
