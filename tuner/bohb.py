@@ -85,6 +85,21 @@ class WarmBOHB(TuneBOHBBase):
         super().__init__(*args, **kwargs)
         self.tell_earlier_trials()
 
+    def suggest(self, trial_id: str) -> dict | None:
+        """``TuneBOHB.suggest``, without numpy's RuntimeWarnings on the console.
+
+        hpbandster's sampler divides by a categorical's levels less one (statsmodels'
+        ``aitchison_aitken`` kernel, zero for a parameter of one level, as an inactive branch
+        of a conditional space leaves it) and by densities of zero; numpy warns ("divide by
+        zero", "invalid value") and hpbandster floors the ratio at 1e-32, so the sample is
+        drawn all the same.
+        """
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return super().suggest(trial_id)
+
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         done = super().set_search_properties(metric, mode, config, **spec)
         if done:
