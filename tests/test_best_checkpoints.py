@@ -119,8 +119,11 @@ def test_report_says_the_scope(peaks_run, run_cli):
 def test_export_writes_a_self_contained_folder(peaks_run, run_cli, tmp_path):
     _, exp, summary, labels = peaks_run
     out = tmp_path / "best"
-    proc = run_cli("export", exp, "--to", out)
+    proc = run_cli("export", exp, "--to", out, env={"PYTHONPROFILEIMPORTTIME": "1"})  # -X importtime
     assert proc.returncode == 0, proc.stderr
+    imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "yaml" in imported and not [m for m in imported if m == "ray" or m.startswith("ray.")], \
+        "export reads summary.json only: Ray is never imported"
     assert proc.stdout == (f"Exported trial {labels['peak']}'s checkpoint: val_accuracy=0.95 at iteration 3 to "
                            f"{out} ({', '.join(EXPORT_FILES)})\n")
     assert sorted(p.name for p in out.iterdir()) == sorted(EXPORT_FILES)

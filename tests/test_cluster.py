@@ -272,6 +272,9 @@ def test_submit_refuses_a_job_that_would_fail_and_submits_nothing(cluster, tmp_p
     cases = [
         (["submit", bad, "--address", dash, *shared], f"tuner: error: {bad}:6:14: num_samples:"),
         (["submit", good, "--address", dash, *shared, "--set", "num_samples=0"], "num_samples"),
+        (["submit", good, "--address", dash, *shared, "--num-samples", "0"],
+         "tuner: error: --num-samples 0: num_samples: must be greater than or equal to 1"),
+        (["submit", good, "--address", dash, *shared, "--name", "a/b"], "tuner: error: --name a/b: name: name may hold"),
         (["submit", good, "--address", dash, "--storage", "runs"], "storage 'runs' is relative"),
         (["submit", beside, "--address", dash, "--working-dir", work, *shared],
          f"the file 'helpers/train.py' is not in the working directory {work}"),
@@ -409,7 +412,11 @@ def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_pat
                    env=client_env(cluster))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = proc.stdout.split()[2]
-    assert f"  stop:   tuner jobs stop {job_id} --address {cluster['dashboard']}" in proc.stdout
+    assert proc.stdout.splitlines()[:4] == [
+        f"Submitted job {job_id} to {cluster['dashboard']}",
+        f"  follow: tuner jobs logs {job_id} --address {cluster['dashboard']} --follow",
+        f"  status: tuner jobs status {job_id} --address {cluster['dashboard']}",
+        f"  stop:   tuner jobs stop {job_id} --address {cluster['dashboard']}"]
     assert f"Job {job_id}: SUCCEEDED" in proc.stdout
     assert (tmp_path / "shared" / "submitted" / "summary.json").is_file()
     status = run_cli("jobs", "status", job_id, "--address", cluster["dashboard"], env=client_env(cluster))

@@ -168,12 +168,13 @@ def test_trial_too_big_for_cluster_is_refused_before_running(ray_local, tmp_path
     assert not (tmp_path / "t").exists()
 
 
-@pytest.mark.parametrize("num_to_keep,kept_count", [(2, 2), (None, 3)])
+@pytest.mark.parametrize("num_to_keep,kept_count", [("default", 2), (None, 3)])
 def test_checkpoint_frequency_and_num_to_keep(ray_local, tmp_path, make_spec, num_to_keep, kept_count):
-    """A checkpoint every 2 reports of 6: 3 checkpoints, of which num_to_keep 2 keeps 2 and null keeps all."""
+    """A checkpoint every 2 reports of 6: 3 checkpoints, of which num_to_keep's default (2) keeps 2 and null
+    keeps all."""
+    keep = {} if num_to_keep == "default" else {"num_to_keep": num_to_keep}
     result = tune_model(make_spec(ENGINE, trainable="tests.trainables:checkpointing", num_samples=1,
-                                  param_space={"x": 0.5, "epochs": 6},
-                                  checkpoint={"frequency": 2, "num_to_keep": num_to_keep}))
+                                  param_space={"x": 0.5, "epochs": 6}, checkpoint={"frequency": 2, **keep}))
     trial_dir = next(p for p in (tmp_path / "t").iterdir() if p.name.startswith("checkpointing_"))
     kept = sorted(p.name for p in trial_dir.glob("checkpoint_*"))
     assert len(kept) == kept_count, kept
@@ -187,6 +188,9 @@ def test_num_to_keep_null_keeps_all_under_pbt_too(make_spec):
     spec = load_spec(make_spec(ENGINE, stop={"training_iteration": 8}, scheduler=pbt, checkpoint={"num_to_keep": None}))
     assert spec.checkpoint.num_to_keep is None
     assert kept_checkpoints(spec)["num_to_keep"] is None
+    assert kept_checkpoints(load_spec(make_spec(ENGINE)))["num_to_keep"] == 2, "the default elsewhere"
+    assert kept_checkpoints(load_spec(make_spec(ENGINE, stop={"training_iteration": 8}, scheduler=pbt)))[
+        "num_to_keep"] == 4, "pbt's default"
 
 
 def test_hyperband_pauses_and_resumes_trials_from_checkpoints(ray_local, tmp_path, make_spec):

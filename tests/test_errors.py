@@ -184,6 +184,10 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
         f"tuner: error: {spec}: --num-cpus sizes the local Ray that tuner starts, but this run connects to the Ray "
         "cluster at 127.0.0.1:1 (from --address), whose own resources apply; drop --num-cpus, or drop the address "
         "to run locally.\n")
+    assert _refused(run_cli, ray_tmp, "run", spec, "--address", "127.0.0.1:1", "--num-gpus", "1") == (
+        f"tuner: error: {spec}: --num-gpus sizes the local Ray that tuner starts, but this run connects to the Ray "
+        "cluster at 127.0.0.1:1 (from --address), whose own resources apply; drop --num-gpus, or drop the address "
+        "to run locally.\n")
     # ClusterError: nothing answers at the address (Ray's own connect retried for minutes, then exit 1).
     with socket.socket() as sock:  # a port where nothing listens
         sock.bind(("127.0.0.1", 0))

@@ -299,7 +299,9 @@ def test_list_shows_finished_running_and_stopped_experiments(run, tmp_path, run_
     with open(running / ".tuner.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as `tuner run` holds it
         proc = run_cli("list", storage)
+        default = run_cli("list", cwd=tmp_path)  # the storage folder `runs` of the working directory
         live = run_cli("report", running)
+    assert default.returncode == 0 and default.stdout == proc.stdout, default.stderr
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["name", "status", "trials", "best", "started"]
@@ -314,6 +316,11 @@ def test_list_shows_finished_running_and_stopped_experiments(run, tmp_path, run_
     assert run_cli("report", stopped).stdout.splitlines()[0].split(": ")[1].startswith("stopped")
     bad = run_cli("list", tmp_path / "nowhere")
     assert bad.returncode == 2 and bad.stderr.startswith("tuner: error: ")
+    # Without --output, the HTML page goes into the experiment, its PNGs into report_plots/ beside it.
+    page = run_cli("report", storage / "a-finished", "--format", "html")
+    assert page.returncode == 0, page.stderr
+    assert (storage / "a-finished" / "report.html").stat().st_size > 0
+    assert sorted((storage / "a-finished" / "report_plots").glob("*.png"))
 
 
 def test_progress_line_under_the_table(run):
