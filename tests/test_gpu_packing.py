@@ -102,6 +102,23 @@ def test_the_first_trial_runs_alone_until_its_first_result():
     assert not second.probe and second.share == 0.25 and second.reason.startswith("level 4 per GPU")
 
 
+def test_a_config_with_no_measured_neighbour_is_probed_alone_with_a_whole_gpu():
+    """After the probe, a config whose names or choices no trial has measured (another model name) is probed
+    with a whole GPU, noted on the console, and booked as a whole GPU until it reports; then its memory counts."""
+    packer, _, notes = make_packer()
+    start(packer, "a", {"model": "small", "batch_size": 64})
+    report(packer, "a", {"model": "small", "batch_size": 64})
+    same = packer.decide({"model": "small", "batch_size": 32})
+    assert not same.probe and same.share == 0.25, "bounded by the measured batch 64"
+    other = start(packer, "b", {"model": "big", "batch_size": 64})
+    assert other.probe and other.share == 1.0 and other.reason.startswith("probe: ") and "a whole GPU" in other.reason
+    assert notes[-1] == f"gpu auto: trial b gets 1 of a GPU: {other.reason}."
+    assert packer.decisions["b"]["probe"] is True
+    report(packer, "b", {"model": "big", "batch_size": 64}, reserved=2 * GIB)
+    again = packer.decide({"model": "big", "batch_size": 64})
+    assert not again.probe and again.share < 1, "measured now"
+
+
 def test_a_big_config_asks_for_its_memory_and_lowers_the_top_level():
     packer, clock, _ = make_packer()
     start(packer, "a", {"batch_size": 64})
