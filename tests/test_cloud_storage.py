@@ -120,6 +120,10 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli):
     again = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, "--name", "cloud", env=env)
     assert again.returncode == 2
     assert "the experiment folder s3://tuner-test/runs/cloud already exists" in again.stderr
+    # Without --name it would go on as cloud-2, as on a local disk (`tuner validate` plans it, from the bucket).
+    plan = run_cli("validate", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    assert plan.returncode == 0, plan.stderr
+    assert "s3://tuner-test/runs/cloud holds an experiment already, so this run goes to cloud-2" in plan.stdout
 
     # Resume from the URI with a larger budget: Tuner.restore reads the bucket, adds one trial.
     spec.write_text(body.replace("num_samples: 2", "num_samples: 3"))

@@ -197,6 +197,8 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     (exp / "spec.yaml").write_text(SPEC)
     (exp / "tuner_run.json").write_text(json.dumps({"spec_source": None, "python_path": [], "created": "now"}))
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
+    in_spec = tmp_path / "in_spec.yaml"
+    in_spec.write_text(SPEC + f"ray: {{address: '127.0.0.1:{port}'}}\n")
     before = sorted(tmp_path.rglob("*"))
     for command in ("validate", "run"):
         assert _refused(run_cli, ray_tmp, command, spec, "--address", f"127.0.0.1:{port}") == (
@@ -206,6 +208,10 @@ def test_real_input_errors_exit_2_before_ray_starts(tmp_path, run_cli):
     assert _refused(run_cli, ray_tmp, "run", spec, env={"RAY_ADDRESS": f"127.0.0.1:{port}"}) == (
         f"tuner: error: {spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from RAY_ADDRESS): connection "
         "refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
+    # The same from the spec's ray.address.
+    assert _refused(run_cli, ray_tmp, "run", in_spec) == (
+        f"tuner: error: {in_spec}: cannot reach the Ray cluster at 127.0.0.1:{port} (from ray.address in the spec): "
+        "connection refused. Start it with `ray start --head`, or give the address that `ray start` printed.\n")
     assert _refused(run_cli, ray_tmp, "resume", exp, "--address", f"127.0.0.1:{port}").endswith(
         f": cannot reach the Ray cluster at 127.0.0.1:{port} (from --address): connection refused. Start it with "
         "`ray start --head`, or give the address that `ray start` printed.\n")
