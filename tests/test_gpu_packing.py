@@ -193,6 +193,20 @@ def test_free_memory_gates_new_trials_and_a_full_gpu_runs_one_at_a_time():
     assert lone.share == 1.0 and "full" in lone.reason
 
 
+def test_the_gpu_memory_is_the_smallest_the_trials_report():
+    """On a cluster (no NVML read here), each node's GPU memory as the trials report it: the smallest seen
+    sizes every share, and a larger one reported later does not raise it."""
+    packer = GpuPacker(GpuAuto(), 2, 1, 16, 1, None, "a cluster of 2 nodes: the GPU memory each trial reports",
+                       reader=None, ignore=("seed",), clock=Clock())
+    assert packer.total_bytes is None
+    start(packer, "a", {"b": 1})
+    report(packer, "a", {"b": 1}, gpu_memory_total_bytes=80 * GIB)
+    assert packer.total_bytes == 80 * GIB
+    report(packer, "a", {"b": 1}, gpu_memory_total_bytes=40 * GIB)
+    report(packer, "a", {"b": 1}, gpu_memory_total_bytes=141 * GIB)
+    assert packer.total_bytes == 40 * GIB
+
+
 def test_a_reader_that_fails_is_said_and_packing_goes_on(monkeypatch):
     monkeypatch.setenv("TUNER_GPU_MEMORY_READER", "tests.gpu_readers:broken")
     gpus, source = read_gpu_memory()
