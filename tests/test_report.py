@@ -162,6 +162,24 @@ def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     assert proc.returncode == 0 and len(pd.read_csv(out)) == 3
 
 
+def test_learning_curves_dash_the_rungs_and_mark_each_trial_stopped_early(run):
+    """The page's learning curves (the figure its PNG is rendered from): a dashed grey line at each ASHA rung
+    (1, 2, 4), and a black cross at the last result of each trial that ASHA stopped early, and of no other."""
+    from tuner.report import load_experiment
+    from tuner.report.plots import _plot_curves
+
+    exp = load_experiment(run.exp)
+    ax = _plot_curves(exp).axes[0]
+    rungs = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert sorted(float(line.get_xdata()[0]) for line in rungs) == [1.0, 2.0, 4.0]
+    crosses = sorted((float(line.get_xdata()[0]), float(line.get_ydata()[0]))
+                     for line in ax.get_lines() if line.get_marker() == "x")
+    early = exp.trials[exp.trials["stopped_early"]]
+    last = exp.history.sort_values("training_iteration").groupby("trial_id").tail(1).set_index("trial_id")
+    assert crosses == sorted((float(last.loc[t, "training_iteration"]), float(last.loc[t, "loss"]))
+                             for t in early["trial_id"]) and crosses
+
+
 def test_report_starts_no_ray(run, html):
     """The CLI (every format) and the Python API read files only: Ray is never imported."""
     proc = html.proc  # the html report, the format that imports the most
