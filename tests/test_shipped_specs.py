@@ -112,7 +112,13 @@ def test_pbt_spec_runs_and_exploits(ray_local, tmp_path):
     (the saved population counts the exploit)."""
     from tests.test_scheduler_state import saved_scheduler
     from tuner import tune_model
+    from tuner.spec import load_spec
 
+    # As the README describes it: 4 trials, 8 epochs on 2,000 digits, lr, momentum and batch_size mutated every 2.
+    spec = load_spec(ROOT / "search_spaces" / "mnist_pbt.yaml")
+    assert (spec.num_samples, spec.stop["training_iteration"], spec.param_space["epochs"],
+            spec.param_space["limit_train"], spec.scheduler.perturbation_interval) == (4, 8, 8, 2000, 2)
+    assert sorted(spec.scheduler.mutations) == ["batch_size", "lr", "momentum"]
     tune_model(ROOT / "search_spaces" / "mnist_pbt.yaml", storage=str(tmp_path), stop={"training_iteration": 4},
                scheduler={"synch": True}, param_space={"limit_train": 400, "limit_val": 200, "epochs": 4})
     exp = tmp_path / "mnist-pbt"
