@@ -178,6 +178,26 @@ def test_prepare_model_under_amp_on_the_cpu_changes_nothing(options):
     assert model(x).shape == (2, 8, 3, 3)
 
 
+def test_prepare_model_where_channels_last_is_wanted_converts_the_convolutions(options, monkeypatch):
+    """Where the rule says so (AMP on CUDA with a 2-d convolution; decided here by the rule stubbed to yes, as this
+    machine has no GPU): every 2-d convolution's weight goes channels_last (a Conv1d's stays), cudnn.benchmark is
+    turned on, and to_device gives 4-D floating inputs in channels_last from then on (other tensors as they were)."""
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(trial, "_channels_last", False)
+    monkeypatch.setattr(trial, "_channels_last_wanted", lambda amp, device_type, model: True)
+    conv, inner, flat = torch.nn.Conv2d(8, 8, 3), torch.nn.ConvTranspose2d(8, 8, 3), torch.nn.Conv1d(8, 8, 3)
+    with options(amp=True, gpu=0):
+        trial.prepare_model(torch.nn.ModuleList([conv, torch.nn.Sequential(inner), flat]))
+        x = trial.to_device(torch.randn(2, 8, 5, 5))
+        labels = trial.to_device(torch.ones(2, 8, 5, 5, dtype=torch.long))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    assert inner.weight.is_contiguous(memory_format=torch.channels_last) and not inner.weight.is_contiguous()
+    assert flat.weight.is_contiguous()
+    assert torch.backends.cudnn.benchmark is True
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    assert labels.is_contiguous(), "not floating: as it was"
+
+
 # --------------------------------------------------------------------------- to_device (issue 30)
 
 
