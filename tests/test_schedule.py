@@ -170,7 +170,7 @@ def test_report_draws_the_schedule_and_the_lineage(pbt, run_cli, tmp_path):
     assert f"Schedule of the best trial {result.best_trial_id}" in table.stdout
     facts = run_cli("report", result.experiment_path, "--format", "json")
     assert facts.returncode == 0, facts.stderr
-    facts = json.loads(facts.stdout)
+    facts = json.loads(facts.stdout)["experiment"]
     assert len(facts["perturbations"]) == len(result.perturbations) > 0
     assert facts["best_schedule"]["trial_id"] == result.best_trial_id
     assert facts["best_schedule"]["schedule"] == json.loads(json.dumps(result.best_schedule["schedule"]))
