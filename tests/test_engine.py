@@ -280,12 +280,11 @@ def test_amp_from_the_spec_reaches_the_trial(ray_local, make_spec):
 
 
 def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, make_spec):
-    import time
-
-    start = time.monotonic()
+    """trial_timeout_s 10 ends the trials that hang (for 300 s) with TrialTimeoutError, and the trials after them
+    run in the freed slots. Were the timeout broken, the hung trials would end TERMINATED after their 300 s, and
+    the checks below would fail (no wall-clock deadline is asserted)."""
     result = tune_model(make_spec(ENGINE, trainable="tests.trainables:hangs_after_one_report", num_samples=4,
-                                  trial_timeout_s=10))
-    assert time.monotonic() - start < 120, "the hung trials did not hold their slots for an hour"
+                                  trial_timeout_s=10, param_space={**ENGINE["param_space"], "hang_s": 300}))
     df = result.dataframe
     hung = df["config/x"] > 0.5
     assert set(df.loc[hung, "status"]) == {"ERROR"} and set(df.loc[~hung, "status"]) == {"TERMINATED"}

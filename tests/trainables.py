@@ -315,12 +315,12 @@ def steady(config):
 
 
 def hangs_after_one_report(config):
-    """Reports once, then stops reporting (a hang)."""
+    """Reports once, then, for x > 0.5, stops reporting (a hang) for ``hang_s`` seconds (default an hour)."""
     import time
 
     trial.report({"loss": config.get("x", 0.0)})
     if config.get("x", 0.0) > 0.5:
-        time.sleep(3600)
+        time.sleep(config.get("hang_s", 3600))
     trial.report({"loss": config.get("x", 0.0)})
 
 
