@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.fixtures.cli import imported_modules
 from tuner.best import SCOPES, analysis_value, best_checkpoint, scope_value
 from tuner.layout import (CHECKPOINT_PREFIX, EXPORT_CONFIG, EXPORT_FILES, EXPORT_METRICS, EXPORT_MODEL_DIR,
                           EXPORT_README, EXPORT_SPEC, RESULTS_CSV, SPEC_SNAPSHOT, SUMMARY)
@@ -121,7 +122,7 @@ def test_export_writes_a_self_contained_folder(peaks_run, run_cli, tmp_path):
     out = tmp_path / "best"
     proc = run_cli("export", exp, "--to", out, env={"PYTHONPROFILEIMPORTTIME": "1"})  # -X importtime
     assert proc.returncode == 0, proc.stderr
-    imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    imported = imported_modules(proc.stderr)
     assert "yaml" in imported and not [m for m in imported if m == "ray" or m.startswith("ray.")], \
         "export reads summary.json only: Ray is never imported"
     assert proc.stdout == (f"Exported trial {labels['peak']}'s checkpoint: val_accuracy=0.95 at iteration 3 to "

@@ -8,7 +8,6 @@ module (the ``html`` fixture), for the tests that look at the page.
 """
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,7 +19,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.fixtures.cli import imported_modules
 from tests.fixtures.paths import ROOT
+from tests.test_resume import start
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_report")
@@ -55,9 +56,7 @@ def run(tmp_path_factory, run_cli, on_session_ray):
     spec.write_text(SPEC)
     storage = tmp / "runs"
     exp = storage / "steady"
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--storage", str(storage)], cwd=ROOT,
-                            env={**os.environ, **on_session_ray}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start("run", spec, "--storage", storage, env=on_session_ray)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if sum(len(p.read_text().splitlines()) for p in exp.glob("*/result.json")) >= 2:
@@ -184,7 +183,7 @@ def test_report_starts_no_ray(run, html):
     """The CLI (every format) and the Python API read files only: Ray is never imported."""
     proc = html.proc  # the html report, the format that imports the most
     assert proc.returncode == 0, proc.stderr
-    imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    imported = imported_modules(proc.stderr)
     assert "pandas" in imported and "matplotlib" in imported, "-X importtime lists the imports"
     assert not [m for m in imported if m == "ray" or m.startswith("ray.")]
     code = ("import sys; from tuner.report import load_experiment, render, list_experiments; "
