@@ -14,6 +14,7 @@ import pytest
 from tuner import cli, errors
 from tuner.errors import (ClusterError, DiskFullError, ExperimentError, ExperimentLocked, InputError, StorageError,
                           TrialError, TunerError)
+from tuner.ray_internals import GCS_CONNECT_TRIES_ENV
 from tuner.report import ReportError
 from tuner.spec import SpecError, SpecIssue
 
@@ -235,7 +236,8 @@ def test_an_address_where_no_ray_head_answers_fails_after_one_try(tmp_path, run_
     RAY_gcs_server_port_wait_time_s), then refuses the command with one paragraph naming the address
     (after Ray's own warning lines), exit 2, and no experiment folder. The tries are counted by the
     connections the listener accepts, not timed. The user's Ray settings shorten each try here
-    (RAY_py_gcs_connect_timeout_s, RAY_gcs_rpc_server_connect_timeout_s)."""
+    (RAY_py_gcs_connect_timeout_s, RAY_gcs_rpc_server_connect_timeout_s), and a user's own
+    RAY_gcs_server_port_wait_time_s is left as they set it (3 tries open more than twice one try's connections)."""
     import threading
 
     spec = tmp_path / "s.yaml"
@@ -247,15 +249,17 @@ def test_an_address_where_no_ray_head_answers_fails_after_one_try(tmp_path, run_
         port = sock.getsockname()[1]
         accepted: list = []
         threading.Thread(target=lambda: [accepted.append(sock.accept()) for _ in iter(int, 1)], daemon=True).start()
-        seen = 0
-        for command in ("validate", "run"):
+        seen, counts = 0, []
+        # The user's own RAY_gcs_server_port_wait_time_s wins: 3 tries, as they asked.
+        for command, tries_env in (("validate", {}), ("run", {}), ("validate", {GCS_CONNECT_TRIES_ENV: "3"})):
             proc = run_cli(command, spec, "--address", f"127.0.0.1:{port}", "--storage", tmp_path / "runs",
-                           timeout=600, env=quick)
+                           timeout=600, env={**quick, **tries_env})
             assert proc.returncode == 2, proc.stderr[-3000:]
             assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr[-3000:]
             tries, seen = len(accepted) - seen, len(accepted)
+            counts.append(tries)
             # Each of Ray's tries opens connections of its own (4 here): 20 tries would open 20 at least.
-            assert 1 < tries < 20, f"{tries} connections: Ray tried more than once"
+            assert 1 < tries < 20 or tries_env, f"{tries} connections: Ray tried more than once"
             last = proc.stderr.splitlines()[-1]
             assert last.startswith(f"tuner: error: cannot connect to the Ray cluster at 127.0.0.1:{port}: Failed to "
                                    "connect to Ray cluster at "), proc.stderr[-3000:]
@@ -263,6 +267,7 @@ def test_an_address_where_no_ray_head_answers_fails_after_one_try(tmp_path, run_
                                  "printed (the head's GCS port, 6379 by default; not the dashboard's 8265), and "
                                  "check that this machine runs the cluster's Ray version."), last
     assert accepted, "the command reached the listener"
+    assert counts[2] > 2 * max(counts[:2]), f"connections per command {counts}: the user's 3 tries were not made"
     assert not (tmp_path / "runs").exists(), "no experiment folder"
 
 

@@ -274,3 +274,25 @@ def test_a_configured_probe_share_starts_several_trials_unmeasured():
     assert first.share == 0.25 and first.reason.startswith("probe_share 0.25") and not first.probe
     report(packer, "a", {"b": 1})
     assert packer.phase == "climb"
+
+
+def test_nvml_is_read_only_where_the_cluster_is_this_machine(monkeypatch):
+    """README: on a local Ray, the GPUs' free memory is read (NVML, here its stand-in reader) before more trials
+    start; on a cluster of several nodes this machine's GPUs are not the trials', so nothing is read, in the plan
+    either, and the trials' reports give the GPU memory."""
+    from tuner.gpu_packing import packer_for
+    from tuner.resources import describe_resources
+    from tuner.spec import load_spec
+
+    calls = []
+    monkeypatch.setattr("tests.gpu_readers.roomy", lambda: calls.append(1) or [GpuMemory(16 * 2**30, 15 * 2**30)])
+    monkeypatch.setenv("TUNER_GPU_MEMORY_READER", "tests.gpu_readers:roomy")
+    spec = load_spec({"trainable": "a.b:c", "resources": {"cpu": 1, "gpu": "auto"}})
+    local = packer_for(spec, ClusterResources(4, 1))
+    assert local.gpu_memory == [GpuMemory(16 * 2**30, 15 * 2**30)] and len(calls) == 1
+    two_nodes = ClusterResources(8, 2, "the Ray cluster at h:6379 (2 nodes)", ((4, 1), (4, 1)))
+    remote = packer_for(spec, two_nodes)
+    assert remote.gpu_memory is None and remote.reader is None and len(calls) == 1
+    assert remote.memory_source == "a cluster of 2 nodes: the GPU memory each trial reports"
+    assert any("read from the trials' reports (each trial's report)" in line for line in describe_resources(spec, two_nodes))
+    assert len(calls) == 1

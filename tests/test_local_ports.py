@@ -180,3 +180,25 @@ def test_rays_fixed_ports_are_the_ones_the_readme_names():
                                      env={k: v for k, v in os.environ.items() if k != variable})
         assert ray_default.stdout.split() == [str(default)], ray_default.stderr
         assert f"{default} (`{variable}`)" in readme
+
+
+def test_an_explicit_ray_auth_mode_is_left_alone(tmp_path, monkeypatch):
+    """README: `RAY_AUTH_MODE=disabled` turns authentication off. tuner turns token mode on only where the mode is
+    unset or empty and a token is at hand; `disabled` (any case) stays as set, with a token file there, and is
+    what Ray then reads (Ray's own: no token is sent). No Ray is started here."""
+    from tuner.cluster import use_token_if_available
+
+    (tmp_path / "auth_token").write_text("0123abcd")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))
+    for mode in ("disabled", "DISABLED"):
+        monkeypatch.setenv("RAY_AUTH_MODE", mode)
+        assert use_token_if_available() is False
+        assert os.environ["RAY_AUTH_MODE"] == mode
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert use_token_if_available() is True and os.environ["RAY_AUTH_MODE"] == "token"
+    # Unset, with no token anywhere: nothing to send, and the mode stays unset.
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert use_token_if_available() is False and "RAY_AUTH_MODE" not in os.environ
