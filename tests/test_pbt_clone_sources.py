@@ -132,3 +132,46 @@ def test_a_copy_name_still_in_use_gets_the_next_free_suffix(tmp_path):
     in_use.discard(str(clones / "t1-5"))
     again = Kept().keep_clone_source(SimpleNamespace(trial_id="t1"), Checkpoint(str(source)), {"training_iteration": 5})
     assert again.path == str(clones / "t1-5"), "the plain name again once no trial restores from its copy"
+
+
+def test_a_copy_stays_while_it_is_an_ended_trials_latest_checkpoint(tmp_path, monkeypatch):
+    """A trial that ended before it saved a checkpoint of its own after an exploit: its latest checkpoint is the
+    copy it was cloned from, which stays after the run (README); the other copies go, and the folder goes too
+    once no trial's latest checkpoint is a copy. (Ray's population and clone sources are given here, as the
+    run above reads them from Ray's PBT.)"""
+    from ray.tune import Checkpoint
+
+    import tuner.ray_internals as ray_internals
+    from tuner.population import KeepsCloneSources
+
+    clones = tmp_path / CLONE_SOURCES_DIR
+    for name in ("t1-3", "t1-6"):
+        (clones / name).mkdir(parents=True)
+    own = tmp_path / "t1" / "checkpoint_000005"
+    own.mkdir(parents=True)
+
+    class Trial:  # a finished trial, as KeepsCloneSources reads it (hashable: Ray keys the clone sources by trial)
+        def __init__(self, trial_id, checkpoint):
+            self.trial_id, self.checkpoint = trial_id, Checkpoint(str(checkpoint))
+
+        def is_finished(self):
+            return True
+
+
+    # t2 was cloned from t1's copy at iteration 6 and ended before its next checkpoint; t1 ended on its own.
+    population = [Trial("t1", own), Trial("t2", clones / "t1-6")]
+    sources = {population[1]: Checkpoint(str(clones / "t1-6"))}
+    monkeypatch.setattr(ray_internals, "pbt_population", lambda scheduler: population)
+    monkeypatch.setattr(ray_internals, "pbt_clone_sources", lambda scheduler: sources)
+    monkeypatch.setattr(ray_internals, "drop_pbt_clone_source", lambda scheduler, t: sources.pop(t, None))
+
+    class Kept(KeepsCloneSources):
+        def _clone_sources_folder(self, trial):
+            return str(clones)
+
+    Kept()._trial_ended(population[1])
+    assert sorted(p.name for p in clones.iterdir()) == ["t1-6"], "t2's latest checkpoint stays; t1-3 goes"
+    assert not sources, "an ended trial is cloned no more"
+    population[1].checkpoint = Checkpoint(str(tmp_path / "t2" / "checkpoint_000007"))  # had it saved its own
+    Kept()._trial_ended(population[1])
+    assert not clones.exists(), "no copy is any trial's latest checkpoint: the folder goes"
