@@ -346,7 +346,16 @@ def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, r
     errored = [e["trial_id"] for e in summary["errors"]]
     assert errored and summary["trials"]["by_status"]["ERROR"] == len(errored)
     for trial_id in errored:
-        assert f"tuner: trial {trial_id} errored: ValueError: x too large" in proc.stderr
+        # The closing line names the trial, its error's last line and its folder, which holds the traceback
+        # (error.txt) and the trial's output (stdout, stderr).
+        (folder,) = re.findall(rf"^tuner: trial {trial_id} errored: ValueError: x too large: [0-9.]+ \(log: (.+)\)$",
+                               proc.stderr, re.M)
+        folder = Path(folder)
+        assert folder.parent == exp and folder.name.endswith(trial_id)
+        assert "ValueError: x too large" in (folder / "error.txt").read_text()
+        x = json.loads((folder / "params.json").read_text())["x"]
+        assert f"x is {x}\n" in (folder / "stdout").read_text()
+        assert f"x on stderr is {x}\n" in (folder / "stderr").read_text()
     assert f"tuner: {len(errored)} of 4 trials errored." in proc.stderr
 
     reports = console_reports(proc.stdout)

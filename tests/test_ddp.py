@@ -184,6 +184,24 @@ def test_oom_backoff_spec_errors():
         load_spec({"trainable": "a.b:c", "oom_backoff": "bs", "param_space": {"batch_size": 8}})
 
 
+def test_oom_backoff_frees_the_cuda_cache_before_it_halves_the_batch(monkeypatch):
+    """README: oom_backoff frees the CUDA cache, then halves the parameter (nested names too), and stops the
+    trial with one paragraph where halving would go below min_batch_size. (CUDA faked: no GPU here.)"""
+    import torch
+
+    from tuner.trainable import OutOfMemoryBackoffError, _back_off
+
+    freed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(1))
+    config = {"data": {"batch_size": 64}}
+    _back_off(config, "data.batch_size", 8, torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert config == {"data": {"batch_size": 32}} and len(freed) == 1
+    with pytest.raises(OutOfMemoryBackoffError, match="below min_batch_size=32"):
+        _back_off(config, "data.batch_size", 32, torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert config == {"data": {"batch_size": 32}} and len(freed) == 2
+
+
 @pytest.mark.slow
 def test_mnist_ddp_spec_runs(ray_local, tmp_path):
     tune_model(ROOT / "search_spaces" / "mnist_ddp.yaml", storage=str(tmp_path), num_samples=1,

@@ -285,3 +285,29 @@ def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path, run_cli)
         stderr = _refused(run_cli, ray_tmp, "resume", exp, "--num-cpus", "1")
     assert stderr == (f"tuner: error: the experiment folder {exp} is in use by pid {os.getpid()}; wait for that run "
                       "to end (or stop it) and try again.\n")
+
+
+def test_a_used_up_quota_is_a_full_disk_and_a_disk_full_before_any_state_says_there_is_nothing_to_resume():
+    """README: "no space left" and "quota exceeded" (ENOSPC, EDQUOT) get the full-disk treatment, found through
+    Ray's wrapping (RayTaskError.cause) and `raise ... from`; nothing else does. A disk full before Ray Tune saved
+    any state: the message says there is nothing to resume, to remove the folder and run again."""
+    import errno
+
+    from tuner.files import disk_full
+
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded")
+    wrapped = RuntimeError("the trial failed")
+    wrapped.cause = quota  # as ray.exceptions.RayTaskError carries the trial's error
+    try:
+        raise ValueError("writing result.json") from wrapped
+    except ValueError as err:
+        assert disk_full(err) is quota
+    assert disk_full(OSError(errno.ENOSPC, "No space left on device")).errno == errno.ENOSPC
+    assert disk_full(OSError(errno.EACCES, "Permission denied")) is None and disk_full(None) is None
+    error = DiskFullError("/runs/x/t/checkpoint_000001", "/runs/x", quota=True)
+    assert str(error).startswith("the disk quota is used up: could not write /runs/x/t/checkpoint_000001 (quota "
+                                 "exceeded on the filesystem of /runs/x/t)")
+    early = DiskFullError("/runs/x/summary.json", "/runs/x", resumable=False)
+    assert early.resume_command is None and "tuner resume" not in str(early)
+    assert str(early).endswith("The experiment stopped before any trial state was saved, so there is nothing to "
+                               "resume. Free some space there, remove /runs/x and start the run again.")

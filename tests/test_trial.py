@@ -352,3 +352,46 @@ def test_resident_auto_and_forced(options):
 def test_the_resident_budget(nbytes, free, fits):
     assert trial.RESIDENT_FREE_FRACTION == 0.25
     assert trial._fits_resident(nbytes, free) is fits
+
+
+def _on_a_gpu(monkeypatch, bf16: bool) -> None:
+    """This process as a single-process trial on a CUDA GPU sees it (none here: torch's CUDA queries faked)."""
+    monkeypatch.setattr(trial, "device", lambda: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16)
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_amp_on_a_gpu_uses_bf16_or_else_fp16_with_an_enabled_grad_scaler(options, monkeypatch, bf16):
+    """README: AMP is bf16 where the GPU supports it (no scaling), else fp16 with an enabled GradScaler."""
+    _on_a_gpu(monkeypatch, bf16)
+    with options(amp=True, gpu=1):
+        assert trial._amp_dtype() is (torch.bfloat16 if bf16 else torch.float16)
+        assert trial.scaler().is_enabled() is not bf16
+    with options(amp=False, gpu=1):
+        assert not trial.scaler().is_enabled(), "AMP off: never scaled"
+
+
+def test_every_result_on_a_gpu_carries_its_memory_peaks_and_utilization(options, monkeypatch):
+    """README: on a GPU every result carries gpu_memory_peak_bytes (torch's allocated peak) and
+    gpu_utilization_percent (NVML through torch), besides the reserved peak and the GPU's total; without NVML,
+    the memory only. (report() adds these in a Tune trial and in each DDP worker; outside Ray it keeps the
+    metrics as given, so the helper it calls is checked here.)"""
+    from types import SimpleNamespace
+
+    _on_a_gpu(monkeypatch, True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: 3 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 4 * 2**20)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=16 * 2**30))
+    monkeypatch.setattr(torch.cuda, "utilization", lambda d: 87)
+    with options(gpu=1):
+        assert trial._gpu_metrics() == {"gpu_memory_peak_bytes": 3 * 2**20, "gpu_memory_reserved_bytes": 4 * 2**20,
+                                        "gpu_memory_total_bytes": 16 * 2**30, "gpu_utilization_percent": 87}
+
+    def no_nvml(d):
+        raise ModuleNotFoundError("pynvml")
+
+    monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
+    with options(gpu=1):
+        assert trial._gpu_metrics() == {"gpu_memory_peak_bytes": 3 * 2**20, "gpu_memory_reserved_bytes": 4 * 2**20,
+                                        "gpu_memory_total_bytes": 16 * 2**30}

@@ -109,7 +109,11 @@ def raw_ray_two_objectives(config):
 
 
 def fails_for_large_x(config):
-    """Raises for x > 0.5 on its second iteration."""
+    """Raises for x > 0.5 on its second iteration; says its x on stdout and stderr first."""
+    import sys
+
+    print(f"x is {config['x']}")
+    print(f"x on stderr is {config['x']}", file=sys.stderr)
     for i in range(3):
         if i == 1 and config["x"] > 0.5:
             raise ValueError(f"x too large: {config['x']}")
@@ -889,7 +893,10 @@ def gpu_footprint(config):
     (``gpu_memory_reserved_bytes = batch_size x bytes_per_sample``) and the GPU's memory
     (``gpu_memory_total_bytes = gpu_bytes``), with the GPU share Ray gave the trial (``share_seen``).
     With ``oom_share_below``, a trial whose share is below it raises a simulated CUDA out-of-memory error
-    at its second report (the first attempt only: ``oom_once_dir`` holds a marker per trial)."""
+    at its second report (the first attempt only: ``oom_once_dir`` holds a marker per trial).
+    With ``together_file``, once that file exists (it holds a number N), a trial marks its start in
+    ``<together_file>.d`` and, after its first report, waits until N trials have marked theirs: N ran at
+    once, or the trials fail after 10 minutes."""
     import time
 
     import ray
@@ -897,6 +904,11 @@ def gpu_footprint(config):
 
     share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0))
     trial_id = ray.tune.get_context().get_trial_id()
+    together = config.get("together_file")
+    n_together = int(open(together).read()) if together and os.path.exists(together) else 0
+    if n_together:
+        os.makedirs(together + ".d", exist_ok=True)
+        open(os.path.join(together + ".d", trial_id), "w").close()
 
     def log(event: str) -> None:  # "<event> <time> <trial id>" lines: which trials ran at once
         if config.get("log"):
@@ -906,6 +918,13 @@ def gpu_footprint(config):
     log("start")
     start = _start_epoch()
     for epoch in range(start, int(config.get("epochs", 3))):
+        if n_together and epoch == 1:
+            for _ in range(3000):
+                if len(os.listdir(together + ".d")) >= n_together:
+                    break
+                time.sleep(0.2)
+            else:
+                raise RuntimeError(f"fewer than {n_together} trials ran at once: {os.listdir(together + '.d')}")
         below = config.get("oom_share_below")
         if below and epoch == 1 and share < below:
             marker = os.path.join(config["oom_once_dir"], trial_id)

@@ -3,7 +3,8 @@
 The best trial is the best by its *score* among the trials that did not error and are
 feasible (they meet the spec's constraints: :mod:`tuner.pareto`);
 NaN, inf and values that are not numbers are skipped. Between two equal values the trial
-with the smaller id wins (ids count up as trials are created).
+with the smaller id wins (as strings: under grid and random search Ray's ids count up as trials
+are created, so the first created wins; under BOHB and Optuna the ids are random).
 
 A trial's score is :func:`scope_value` of its reported values of the metric under the spec's
 ``best.scope``, as Ray's ``ResultGrid.get_best_result(scope=...)`` defines the scopes

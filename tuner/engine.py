@@ -785,6 +785,10 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                            *([packing.callback] if packing is not None else [])],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
+                # The trial's stdout/stderr (log_to_file) are written in its working folder under Ray's
+                # session: copied into the trial's folder with its first result, every sync_period (300 s)
+                # after and when a function trainable ends; not on each checkpoint (a blocking copy).
+                sync_config=tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False),
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
                                                   fail_fast=spec.failure.fail_fast),
                 checkpoint_config=checkpoint_config(fn, spec),
