@@ -176,6 +176,15 @@ def test_every_documented_searcher_default_is_the_built_searchers():
     assert checked == len(SEARCHER_OPTIONS), documented  # the table parsed
 
 
+@pytest.mark.parametrize("sampler", ["nsga2", "nsga3"])
+def test_nsga_population_size_defaults_to_optunas_50(sampler):
+    """README "Searchers": `population_size` for nsga2/nsga3 is by default Optuna's 50, and a given one is used."""
+    built = build_searcher(spec(search={"algorithm": "optuna", "sampler": sampler}, seed=0))
+    assert built._sampler._population_size == 50
+    built = build_searcher(spec(search={"algorithm": "optuna", "sampler": sampler, "population_size": 8}, seed=0))
+    assert built._sampler._population_size == 8
+
+
 def test_every_documented_scheduler_default_is_the_built_schedulers():
     documented = readme_defaults("Schedulers")
     assert set(documented) == {"fifo", "asha", "hyperband", "bohb", "median", "pbt", "pb2"}

@@ -52,10 +52,30 @@ def test_the_rule_skips_errors_and_non_finite_values_and_breaks_ties_by_id():
 RAY_FREE = ("best", "layout", "state", "params", "rungs", "files", "storage", "spec", "report")
 
 
+def readme_layout() -> dict[str, str]:
+    """The README's "Layout" table: path -> what."""
+    text = (ROOT / "README.md").read_text().split("\n## Layout\n", 1)[1]
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    return {row.split("`")[1]: row.split(" | ", 1)[1] for row in rows}
+
+
+def test_the_readmes_layout_lists_every_module_and_each_path_exists():
+    """README "Layout": every path it lists exists, and every module of tuner/ (a file or a package) is listed."""
+    layout = readme_layout()
+    assert [path for path in layout if not (ROOT / path).exists()] == []
+    modules = {f"tuner/{p.name}" for p in (ROOT / "tuner").glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    modules |= {f"tuner/{p.name}/" for p in (ROOT / "tuner").iterdir() if (p / "__init__.py").is_file()}
+    assert sorted(modules - set(layout)) == []
+
+
 def test_the_rule_is_written_once_and_report_stays_ray_free():
     """results.py, report/ and reporting.py import tuner.best; the modules of RAY_FREE import no Ray."""
+    # The README's Layout names these as importing no Ray too.
+    named = tuple(path.removeprefix("tuner/").removesuffix("/").removesuffix(".py").replace("/", ".")
+                  for path, what in readme_layout().items() if path.startswith("tuner/") and "no Ray" in what)
+    assert {"spec.conditions", "seeds", "export", "schedule", "forecast", "pareto"} <= set(named)
     code = ("import importlib, sys\n"
-            f"for name in {RAY_FREE!r}:\n"
+            f"for name in {RAY_FREE + named!r}:\n"
             "    importlib.import_module('tuner.' + name)\n"
             "    if any(m == 'ray' or m.startswith('ray.') for m in sys.modules):\n"
             "        print(name)\n"

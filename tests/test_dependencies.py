@@ -138,6 +138,16 @@ def test_ray_is_bound_to_the_minor_version_tuner_is_tested_with():
     assert Version(f"{tested.major}.{tested.minor}.99") in ray.specifier
 
 
+def test_constraints_pin_pytest_below_9_2_and_the_cpu_torch():
+    """README "Setup": constraints.txt pins pytest below 9.2 (under 9.2.0 --dist loadgroup no longer keeps a
+    module's runs on one worker) and torch==2.13.0 (the CPU wheel, not a multi-GB CUDA build)."""
+    pins = {Requirement(line).name: Requirement(line) for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+    pytest_pin = Version(next(iter(pins["pytest"].specifier)).version)
+    assert str(pins["pytest"].specifier).startswith("==") and pytest_pin < Version("9.2"), pins["pytest"]
+    assert str(pins["torch"].specifier) == "==2.13.0", pins["torch"]
+
+
 @pytest.mark.xdist_group("test_dependencies")
 def test_xdist_keeps_a_group_on_one_worker(request):
     """Under `--dist loadgroup` (pyproject's addopts) a module marked xdist_group runs on one worker, so its

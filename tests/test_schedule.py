@@ -295,6 +295,21 @@ def test_replay_defaults_to_the_best_trial(pbt):
     assert replay.seed == prepare(spec, replay=f"{exp}:{best}").replay.seed
 
 
+@pytest.mark.parametrize("name", [None, "mine"])
+def test_replay_is_named_name_replay_unless_a_name_is_given(name, monkeypatch, tmp_path):
+    """README "Running": the replay is a new experiment, `<name>-replay` unless `--name` (`name=`) is given; the
+    replayed experiment is a stand-in here (check_replay reads a real one), and nothing starts."""
+    from tuner import engine
+
+    schedule = [{"from_iteration": 0, "config": {"lr": 0.2, "opt": {"width": 30}}}]
+    replayed = engine.Replay(tmp_path / "pbt", "t1", "", schedule)
+    monkeypatch.setattr(engine, "check_replay", lambda replay: replayed)
+    spec = yaml.safe_load(SPEC) | {"storage": str(tmp_path / "runs")}
+    prepared = engine.prepare(spec, replay=str(tmp_path / "pbt"), name=name)
+    assert prepared.spec.name == (name or "pbt-replay")
+    assert prepared.replay is replayed and prepared.spec.param_space == {"lr": 0.2, "opt": {"width": 30}}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "not_pbt", "unknown_trial", "no_best"])
 def test_replay_errors(case, pbt, run_cli, tmp_path):

@@ -61,6 +61,50 @@ def test_randn_moments():
     assert np.allclose(qs * 2, np.round(qs * 2))
 
 
+@pytest.mark.parametrize("dist", [{"type": "uniform", "low": -1, "high": 2},
+                                  {"type": "loguniform", "low": 1e-4, "high": 1e-1}])
+def test_uniform_and_loguniform_never_reach_high(dist):
+    """README distributions table: uniform and loguniform sample `[low, high)`: Ray gets the bounds unchanged and
+    an unquantized sampler, and no sample is high."""
+    domain = to_ray_space(space({"p": dist}))["p"]
+    assert (domain.lower, domain.upper) == (dist["low"], dist["high"])
+    assert type(domain.sampler).__name__ in ("_Uniform", "_LogUniform"), domain.sampler  # not Quantized
+    xs = samples(dist, n=2000)
+    assert xs.min() >= dist["low"] and xs.max() < dist["high"]
+
+
+def test_randn_defaults_to_mean_0_and_sd_1():
+    """README distributions table: `randn`'s `mean` defaults to 0 and `sd` to 1."""
+    spec = space({"p": {"type": "randn"}})
+    assert (spec.param_space["p"].mean, spec.param_space["p"].sd) == (0, 1)
+    sampler = to_ray_space(spec)["p"].sampler
+    assert (sampler.mean, sampler.sd) == (0, 1)
+
+
+def test_qrandint_q_defaults_to_1_with_high_exclusive():
+    """README distributions table: `qrandint`'s `q` defaults to 1, and with `q: 1` high is exclusive."""
+    assert space({"p": {"type": "qrandint", "low": 8, "high": 12}}).param_space["p"].q == 1
+    xs = samples({"type": "qrandint", "low": 8, "high": 12})
+    assert set(xs.tolist()) == {8, 9, 10, 11}
+
+
+@pytest.mark.parametrize("dist", [
+    {"type": "loguniform", "low": 1e-4, "high": 1e-1},
+    {"type": "qloguniform", "low": 1, "high": 100, "q": 1},
+    {"type": "lograndint", "low": 1, "high": 100},
+    {"type": "qlograndint", "low": 4, "high": 64, "q": 4},
+])
+def test_base_is_accepted_and_changes_nothing(dist):
+    """README distributions table: `base` is accepted and changes nothing (a log-uniform distribution is the same
+    in every base)."""
+    plain_domain = to_ray_space(space({"p": dist}))["p"]
+    based = to_ray_space(space({"p": {**dist, "base": 2}}))["p"]
+    assert (based.lower, based.upper, type(based.sampler)) == (plain_domain.lower, plain_domain.upper,
+                                                                type(plain_domain.sampler))
+    assert getattr(based.sampler, "q", None) == getattr(plain_domain.sampler, "q", None)
+    assert samples({**dist, "base": 2}).tolist() == pytest.approx(samples(dist).tolist())
+
+
 def test_choice_and_grid():
     xs = samples({"type": "choice", "values": ["a", "b", "c"]})
     assert set(xs.tolist()) == {"a", "b", "c"}

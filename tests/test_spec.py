@@ -81,6 +81,15 @@ def test_every_distribution_type_loads(make_spec, kind, extra):
     assert spec.param_space["p"].type == kind
 
 
+@pytest.mark.parametrize("kind,extra,bound", [("quniform", "low: 0, high: 0.33, q: 0.1", "high"),
+                                              ("qrandint", "low: 2, high: 9, q: 2", "high"),
+                                              ("qlograndint", "low: 3, high: 64, q: 4", "low")])
+def test_quantized_bounds_must_be_multiples_of_q(make_spec, kind, extra, bound):
+    """README "Distributions": each distribution checks that its bounds are multiples of `q`, `high` as `low`."""
+    with pytest.raises(SpecError, match=rf"param_space\.p\.{bound}: {bound} must be a multiple of q"):
+        load_spec(make_spec(BASE + f"param_space:\n  p: {{type: {kind}, {extra}}}\n"))
+
+
 def test_distribution_types_match_ray_names():
     from ray import tune
 
@@ -336,6 +345,50 @@ def test_stop_operator_follows_mode(make_spec):
     assert spec.stop_criteria == [("val_loss", "<=", 0.05), ("training_iteration", ">=", 9.0)]
     spec = load_spec(make_spec(BASE + "metric: acc\nmode: max\nstop: {acc: 0.9, val_loss: 0.1}\n"))
     assert spec.stop_criteria == [("acc", ">=", 0.9), ("val_loss", ">=", 0.1)]
+
+
+def test_stop_operator_follows_each_objectives_mode(make_spec):
+    """README "stop": `<=` for the spec's own metric under mode min, any objective of several, `>=` for the others."""
+    spec = load_spec(make_spec(BASE + "metric: [acc, loss]\nmode: [max, min]\nstop: {loss: 0.1, acc: 0.9}\n"))
+    assert spec.stop_criteria == [("loss", "<=", 0.1), ("acc", ">=", 0.9)]
+
+
+@pytest.mark.parametrize("algo,dist", [
+    ("optuna", "{type: qloguniform, low: 1, high: 100, q: 1}"),
+    ("optuna", "{type: qlograndint, low: 2, high: 100, q: 2}"),
+    ("optuna", "{type: qrandn, mean: 0, sd: 1, q: 0.5}"),
+    ("bohb", "{type: qloguniform, low: 1, high: 100, q: 1}"),
+    ("bohb", "{type: randn, mean: 0, sd: 1}"),
+    ("bohb", "{type: qrandn, mean: 0, sd: 1, q: 0.5}"),
+    ("bohb", "{type: qrandint, low: 2, high: 10, q: 2}"),
+    ("bohb", "{type: qlograndint, low: 2, high: 100, q: 2}"),
+])
+def test_searchers_refuse_distributions_they_cannot_represent(make_spec, algo, dist):
+    """README "Searchers": BOHB refuses quantized and normal distributions, Optuna qloguniform, qlograndint
+    with q > 1 and normal ones."""
+    kind = dist.split(",")[0].split()[-1]
+    path = make_spec(BASE + f"metric: loss\nmode: min\nsearch: {{algorithm: {algo}}}\nparam_space:\n  p: {dist}\n")
+    with pytest.raises(SpecError, match=rf"param_space\.p\.type: search {algo} cannot sample {kind} parameters; "
+                                        "use an unquantized range or choice instead"):
+        load_spec(path)
+
+
+@pytest.mark.parametrize("algo,dist", [
+    ("optuna", "{type: qrandint, low: 2, high: 10, q: 2}"),
+    ("optuna", "{type: qlograndint, low: 1, high: 100, q: 1}"),
+    ("bohb", "{type: qrandint, low: 1, high: 10, q: 1}"),
+    ("bohb", "{type: qlograndint, low: 1, high: 100, q: 1}"),
+])
+def test_searchers_accept_the_quantized_integers_they_represent(make_spec, algo, dist):
+    """README "Searchers": only Optuna's qlograndint with q > 1 is refused, so its qrandint takes any q, and q: 1
+    is no quantization for either searcher."""
+    path = make_spec(BASE + f"metric: loss\nmode: min\nsearch: {{algorithm: {algo}}}\nparam_space:\n  p: {dist}\n")
+    spec = load_spec(path)
+    assert spec.param_space["p"].type == dist.split(",")[0].split()[-1]
+    if algo == "optuna":  # Optuna's IntDistribution keeps the step
+        from tuner.algorithms import optuna_distributions
+
+        assert optuna_distributions(spec)["p"].step == spec.param_space["p"].q
 
 
 def test_stop_on_the_metric_under_min_stops_once_it_is_low_enough(ray_local, tmp_path):

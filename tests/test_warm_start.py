@@ -131,6 +131,19 @@ def test_the_earlier_experiment_is_read_checked_and_converted(monkeypatch):
     assert len(load_warm_start(named).trials) == 5
 
 
+def test_an_earlier_experiment_of_another_mode_is_accepted(monkeypatch):
+    """README "Warm start", same metric: each objective must be an earlier one, whose mode may differ (loss was
+    minimized in tests/warm_start/earlier, maximized here)."""
+    monkeypatch.chdir(ROOT)
+    space = {"x": U01, "opt": {"type": "choice", "values": ["sgd", "adam"]}, "epochs": 2}
+    spec = load_spec({**BASE, "mode": "max", "param_space": space,
+                      "search": {"algorithm": "optuna", "warm_start": ["tests/warm_start/earlier"]}})
+    warm = load_warm_start(spec)
+    assert [(t.trial_id, t.values) for t in warm.trials] == [
+        ("a0000001", (0.5001,)), ("a0000002", (0.5484,)), ("a0000003", (0.6936,)), ("a0000004", (1.0324,)),
+        ("a0000007", (0.5064,))]
+
+
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
 def test_refusal_golden_message(path, monkeypatch):
     """Each refusal names the warm_start entry with file:line:col, says why, and what to do."""
