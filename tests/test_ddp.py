@@ -115,6 +115,7 @@ def test_a_ddp_trial_continued_by_tuner_resume_keeps_its_earlier_results(ray_loc
     assert results() == [(0, 0), (1, 0), (2, 2)], "the earlier results kept; the Train run went on after epoch 1"
     progress = pd.read_csv(folder / "progress.csv")
     assert list(zip(progress["epoch"], progress["start"])) == [(0, 0), (1, 0), (2, 2)]
+    assert "trial_seed" not in pd.read_csv(exp / "results.csv").columns, "no seed in the spec: no trial_seed column"
 
 
 def test_ddp_plan(tmp_path, run_cli):

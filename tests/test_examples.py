@@ -570,3 +570,15 @@ def test_the_readmes_mnist_defaults_are_the_examples():
     expected = {key: str(value).lower() for key, value in mnist.DEFAULTS.items() if value is not None}
     assert {key: said.get(key) for key in expected} == expected
     assert all(f"`{key}`" in part for key in mnist.DEFAULTS), "every key is named"
+
+
+def test_the_resnet_examples_synthetic_epoch_and_the_resident_budget_are_the_readmes():
+    """README: ResNet-18's synthetic set is 15,360 images an epoch, 60 steps at batch 256; a dataset of up to
+    256 MiB stays resident on the trial's device."""
+    from tests.fixtures.paths import ROOT
+    from tuner import trial
+
+    assert resnet.DEFAULTS["n_train"] == 60 * resnet.DEFAULTS["batch_size"] == 15_360
+    assert trial.RESIDENT_MAX_BYTES == 256 * 2**20
+    readme = (ROOT / "README.md").read_text()
+    assert "15,360 an epoch, 60 steps at batch 256" in readme and "256 MiB" in readme

@@ -147,3 +147,23 @@ def test_report_names_the_files_of_an_experiment_folder(tmp_path):
     with pytest.raises(ReportError, match=re.escape(f"(no {layout.RUN_RECORD}, {layout.SPEC_SNAPSHOT} or "
                                                     f"{layout.EXPERIMENT_STATE_GLOB})")):
         load_experiment(tmp_path)
+
+
+def test_report_takes_the_rows_result_json_lost_from_progress_csv_and_top_k(tmp_path):
+    """README: a restore can leave result.json without rows that progress.csv kept; `tuner report` takes the lost
+    rows from progress.csv (in iteration order). `--top K` shows the K best trials only."""
+    from tuner.report import load_experiment, render
+
+    exp = _experiment(tmp_path)
+    folder = exp / layout.trial_folder_name("quadratic", "abc_00000")
+    (folder / layout.PROGRESS_FILE).write_text("loss,training_iteration,time_total_s,trial_id,done\n"
+                                               "0.4,1,1.0,abc_00000,False\n0.35,2,1.5,abc_00000,False\n")
+    lines = [json.dumps({"loss": v, "training_iteration": it, "trial_id": "abc_00000", "done": False,
+                         "time_total_s": float(it)}) for it, v in ((1, 0.4), (3, 0.3))]
+    (folder / layout.RESULT_FILE).write_text("\n".join(lines) + "\n")  # iteration 2 lost, 3 after the restore
+    report = load_experiment(exp)
+    rows = report.history[report.history["trial_id"] == "abc_00000"]
+    assert list(zip(rows["training_iteration"], rows["loss"])) == [(1, 0.4), (2, 0.35), (3, 0.3)]
+    table = render(report, top=2)
+    assert "abc_00000" in table and "abc_00001" in table and "abc_00002" not in table
+    assert "abc_00002" in render(report)

@@ -268,3 +268,20 @@ def test_class_refusal_through_the_cli_names_the_line(tmp_path, run_cli):
                            "DDP group of train-function processes, but Counter is a class trainable "
                            "(ray.tune.Trainable), which runs as one process; use a train function (see tuner.trial) "
                            "or drop resources.workers.\n")
+
+
+def test_checkpoint_config_of_each_kind_of_trainable():
+    """README table: `checkpoint.frequency` is not applied to a Ray Tune function (it passes its own checkpoints;
+    a tuner.trial function keeps every n-th in trial.report), and is Ray's checkpoint_frequency for a class
+    trainable with save_checkpoint; `num_to_keep` applies to every kind. (No Ray started.)"""
+    from tests.trainables import Counter, NoCheckpoints, raw_ray
+    from tuner.spec import load_spec
+    from tuner.trainable import checkpoint_config
+
+    spec = load_spec({"trainable": "a.b:c", "checkpoint": {"frequency": 3, "num_to_keep": 2}})
+    for fn in (raw_ray, lambda config: None):
+        config = checkpoint_config(fn, spec)
+        assert (config.num_to_keep, config.checkpoint_frequency, config.checkpoint_at_end) == (2, 0, None)
+    config = checkpoint_config(Counter, spec)
+    assert (config.num_to_keep, config.checkpoint_frequency, config.checkpoint_at_end) == (2, 3, True)
+    assert checkpoint_config(NoCheckpoints, spec).checkpoint_at_end is False, "no save_checkpoint: never"
