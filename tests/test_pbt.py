@@ -11,6 +11,7 @@ so the exploit is seen in the bottom trial's results: the top trial's state, and
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tuner import tune_model
@@ -66,6 +67,12 @@ def check_exploited(experiment: Path) -> list[dict]:
     assert all(r["x"] == new for r in after)
     assert any(new == pytest.approx(f) for f in (0.8, 1.2)), f"the top trial's x, perturbed by 0.8 or 1.2: {new}"
     assert after[0]["score"] == pytest.approx(2.0 + new), "the restored total goes on growing by the new x"
+    if "seed_seen" in bottom[0]:  # tests.trainables:accumulates: a clone keeps its id and its seed (README)
+        table = pd.read_csv(experiment / "results.csv")
+        seeds = dict(zip(table["trial_id"], table["trial_seed"]))
+        for rows in (top, bottom):
+            assert {r["trial_id"] for r in rows} == {rows[0]["trial_id"]}
+            assert {r["seed_seen"] for r in rows} == {seeds[rows[0]["trial_id"]]}, rows
     return after
 
 

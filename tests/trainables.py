@@ -712,7 +712,7 @@ def accumulates(config):
         _pbt_hold(config, epoch)
         total += config["x"]
         trial.report({"score": total, "epoch": epoch, "x": config["x"], "restored_x": restored_x,
-                      "restored_total": restored_total, **where},
+                      "restored_total": restored_total, "seed_seen": trial.seed(), **where},
                      checkpoint_dir=_pbt_checkpoint({"epoch": epoch, "total": total, "x": config["x"]}))
 
 
