@@ -274,6 +274,8 @@ def test_run_end_to_end(toy_run):
     assert re.search(rf"^Best trial {best['trial_id']}: loss=[0-9.e-]+ config=\{{.*'opt': '(adam|sgd)'.*\}}$", out, re.M)
     assert summary["trials"]["total"] == 12
     assert (exp / "results.csv").exists() and (exp / "best_config.yaml").exists()
+    # ray_logs: a link to the embedded Ray's own session logs.
+    assert (exp / "ray_logs").is_symlink() and (exp / "ray_logs" / "raylet.out").is_file()
     # A clean console: no Ray warnings, no actor logs, no tracebacks.
     for noise in ("WARNING", "Traceback", "(pid=", "INFO"):
         assert noise not in out and noise not in proc.stderr, noise
@@ -357,6 +359,11 @@ def test_errored_trials_exit_1_and_the_console_never_shows_them_best(tmp_path, r
         assert f"x is {x}\n" in (folder / "stdout").read_text()
         assert f"x on stderr is {x}\n" in (folder / "stderr").read_text()
     assert f"tuner: {len(errored)} of 4 trials errored." in proc.stderr
+    # Ray's driver-side log lines (its ERROR for each failed trial, with the traceback) go to tuner.log only.
+    log = (exp / "tuner.log").read_text()
+    for trial_id in errored:
+        assert re.search(rf"\tERROR tune_controller\.py:\d+ -- Trial task failed for trial \w+_{trial_id}\n", log), log
+    assert "Trial task failed" not in proc.stdout + proc.stderr and "Traceback" not in proc.stdout + proc.stderr
 
     reports = console_reports(proc.stdout)
     assert reports and reports[-1]["rows"], proc.stdout[-3000:]

@@ -395,3 +395,13 @@ def test_every_result_on_a_gpu_carries_its_memory_peaks_and_utilization(options,
     with options(gpu=1):
         assert trial._gpu_metrics() == {"gpu_memory_peak_bytes": 3 * 2**20, "gpu_memory_reserved_bytes": 4 * 2**20,
                                         "gpu_memory_total_bytes": 16 * 2**30}
+
+
+def test_data_loader_kwargs_pin_memory_when_training_on_cuda(options, monkeypatch):
+    """README: `resources: {cpu: 2, gpu: 0.25}` gives {"num_workers": 1, "pin_memory": true, "persistent_workers":
+    true} (on CUDA: faked here)."""
+    _on_a_gpu(monkeypatch, True)
+    with options(cpu=2, gpu=0.25):
+        assert trial.data_loader_kwargs() == {"num_workers": 1, "pin_memory": True, "persistent_workers": True}
+    with options(cpu=1, gpu=0.25):
+        assert trial.data_loader_kwargs() == {"num_workers": 0, "pin_memory": True, "persistent_workers": False}
