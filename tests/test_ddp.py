@@ -180,6 +180,16 @@ def test_oom_backoff_single_process(ray_local, make_spec, fits, expect_error):
             "below min_batch_size=8, so the trial stops here. Lower the model size or give the trial more GPU memory.")
 
 
+def test_a_ddp_trials_own_actor_asks_for_no_cpu():
+    """README: a DDP trial's own actor only drives the Ray Train run and asks for no CPU (its workers ask for
+    theirs); a single-process trial asks for resources.cpu/gpu."""
+    from tuner.trainable import driver_request
+
+    assert driver_request(load_spec({**DDP, "trainable": "a.b:c"})) == {"cpu": 0, "memory": 1}
+    single = load_spec({"trainable": "a.b:c", "resources": {"cpu": 2, "gpu": 0.5}})
+    assert driver_request(single) == {"cpu": 2.0, "gpu": 0.5}
+
+
 def test_oom_backoff_spec_errors():
     with pytest.raises(Exception, match="oom_backoff names 'bs', which is not a parameter in param_space"):
         load_spec({"trainable": "a.b:c", "oom_backoff": "bs", "param_space": {"batch_size": 8}})

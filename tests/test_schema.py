@@ -166,6 +166,7 @@ BASE = "trainable: tests.trainables:quadratic\nmetric: loss\nmode: min\n"
 ACCEPTED = {
     "yaml 1.1 booleans": "amp: yes\nreporting: {tensorboard: off, cli: {progress: No}}\nfailure: {fail_fast: ON}\n",
     "pydantic's booleans": "amp: y\nreporting: {tensorboard: 0, cli: {enabled: 'True'}}\nfailure: {fail_fast: F}\n",
+    "the README's other booleans": "amp: n\nreporting: {tensorboard: 1, cli: {progress: no}}\nfailure: {fail_fast: on}\n",
     "yaml 1.1 numbers": "time_budget_s: 3_600\nnum_samples: 1_0\n",
     "whole floats as integers": "num_samples: 4.0\nscheduler: {type: asha, max_t: 1e1}\n",
     "cli flag": "reporting: {cli: false}\n",
