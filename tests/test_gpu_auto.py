@@ -35,9 +35,14 @@ def _events(path) -> dict[str, dict[str, list[float]]]:
 def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(tmp_path, run_cli):
     """The first trial runs alone until its first result; every trial's share and reason reach results.csv,
     summary.json and gpu_packing.json; a trial that runs out of GPU memory (here: one below 0.25 of the GPU, once:
-    the probe, which asks for 0.2499) is retried with a raised expectation and a larger share, and finishes. A
-    `tuner resume` with 2 trials more goes on from gpu_packing.json without probing again."""
-    spec = _spec(tmp_path, "auto", samples=4, epochs=2, oom_share_below=0.25, oom_once_dir=str(tmp_path))
+    the probe, which asks for 0.2499) is retried with a raised expectation and a larger share, and finishes. After
+    the probe's first result the 4 trials run at once on the one logical GPU (README: "the trials then run 4 at
+    once"; each waits after its first report until all 4 have started, or fails after 10 minutes). A `tuner
+    resume` with 2 trials more goes on from gpu_packing.json without probing again."""
+    together = tmp_path / "together"
+    together.write_text("4")
+    spec = _spec(tmp_path, "auto", samples=4, epochs=2, oom_share_below=0.25, oom_once_dir=str(tmp_path),
+                 together_file=str(together))
     spec["failure"] = {"max_failures": 1}
     path = tmp_path / "auto.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -72,8 +77,11 @@ def test_gpu_auto_probes_packs_records_each_share_and_retries_an_oom_with_more(t
     for entry in packing["memory"]:
         assert entry["key"]["batch_size"] in (32, 64) and not {"x", "oom_share_below"} & set(entry["key"]), entry
         assert entry["expected_bytes"] > 0
+    assert len(list((tmp_path / "together.d").iterdir())) == 4, "the 4 trials ran at once"
     # `tuner resume` with 2 trials more (the budget may grow) goes on from gpu_packing.json: no new probe, the
-    # new trials get their shares from the start, and the earlier decisions are kept.
+    # new trials get their shares from the start, and the earlier decisions are kept. (They do not wait: their
+    # share may be the probe's raised one, which fits one at a time.)
+    together.unlink()
     spec["num_samples"] = 6
     more = tmp_path / "auto6.yaml"
     more.write_text(yaml.safe_dump(spec))
