@@ -347,11 +347,12 @@ reporting: {cli: false}
 def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_path, run_cli):
     """One job shows four things of `tuner submit`.
 
-    * A spec outside ``--working-dir`` travels with the job, and its relative trainable
+    * A spec outside the working directory travels with the job, and its relative trainable
       path resolves against the working directory there.
     * ``--pip`` reaches the job's runtime_env: the job's driver and its trial import a
       package that only a local wheel given to ``--pip`` holds.
-    * The working directory travels less what its ``.gitignore`` lists.
+    * The working directory travels less what its ``.gitignore`` lists. It is the default one, the current
+      folder (no ``--working-dir``: the command runs in it).
     * ``--follow`` streams: the job's own first line arrives while the job is RUNNING
       (its trial waits for a gate file that the test creates only then), and the
       command ends with the job, on its final status.
@@ -369,8 +370,8 @@ def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_
     wheel = _tiny_wheel(tmp_path)
     gate = tmp_path / "gate"
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "submit", str(spec), "--address", cluster["dashboard"],
-                             "--working-dir", str(work), "--pip", str(wheel), "--storage", str(tmp_path / "shared"),
-                             "--set", f"param_space.gate={gate}", "--follow"], cwd=ROOT, env={**os.environ, **env},
+                             "--pip", str(wheel), "--storage", str(tmp_path / "shared"),
+                             "--set", f"param_space.gate={gate}", "--follow"], cwd=work, env={**os.environ, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     watchdog = threading.Timer(600, proc.kill)
     watchdog.start()
@@ -404,12 +405,72 @@ def test_submit_follow_pip_and_a_spec_from_outside_the_working_dir(cluster, tmp_
     assert (list(df["kept"]), list(df["ignored_shipped"])) == ([True], [False]), "a .gitignore'd file stays behind"
 
 
+HELD_TRAINABLE = """\
+import os
+import time
+
+
+def train(config):
+    with open(config["pid_file"], "w") as f:
+        f.write(str(os.getpid()))
+    for _ in range(3000):  # 10 minutes at most: the test stops the job long before
+        time.sleep(0.2)
+"""
+
+
+def test_jobs_stop_ends_the_job_and_its_trial(cluster, tmp_path, run_cli):
+    """`tuner jobs stop` on a running job: it prints "stop requested", the job ends STOPPED, and its trial's
+    process is gone (the trial records its pid, then waits 10 minutes unless stopped)."""
+    env = client_env(cluster)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "held.py").write_text(HELD_TRAINABLE)
+    pid_file = tmp_path / "trial.pid"
+    spec = work / "held.yaml"
+    spec.write_text(f"name: held\ntrainable: held.py:train\nmetric: loss\nmode: min\nnum_samples: 1\n"
+                    f"param_space: {{pid_file: {pid_file}}}\nresources: {{cpu: 1}}\nreporting: {{cli: false}}\n")
+    proc = run_cli("submit", spec, "--address", cluster["dashboard"], "--storage", tmp_path / "shared",
+                   env=env, cwd=work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = proc.stdout.split()[2]
+    try:
+        for i in range(3000):  # the gate: the trial is running (10 minutes at most)
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            if i % 50 == 49:  # every 10 s: a job that ended without its trial fails the test now
+                status = run_cli("jobs", "status", job_id, "--address", cluster["dashboard"], env=env).stdout
+                assert status.startswith((f"{job_id}: RUNNING", f"{job_id}: PENDING")), run_cli(
+                    "jobs", "logs", job_id, "--address", cluster["dashboard"], env=env).stdout
+            time.sleep(0.2)
+        pid = int(pid_file.read_text())
+        stop = run_cli("jobs", "stop", job_id, "--address", cluster["dashboard"], env=env)
+        assert stop.returncode == 0 and stop.stdout == f"{job_id}: stop requested\n", stop.stdout + stop.stderr
+    finally:
+        run_cli("jobs", "stop", job_id, "--address", cluster["dashboard"], env=env)
+    for _ in range(120):  # until Ray has stopped the job (2 minutes at most)
+        status = run_cli("jobs", "status", job_id, "--address", cluster["dashboard"], env=env).stdout
+        if not status.startswith((f"{job_id}: RUNNING", f"{job_id}: PENDING")):
+            break
+        time.sleep(1)
+    assert status.startswith(f"{job_id}: STOPPED"), status
+    for _ in range(600):  # the trial's process ends with the job (2 minutes at most)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the stopped job's trial (pid {pid}) still runs")
+
+
 def test_submit_wait_succeeds_and_writes_the_summary_to_storage(cluster, tmp_path, run_cli):
+    """`--wait` ends with the job's SUCCEEDED. Run from another folder, `--working-dir` sends the repository,
+    whose `tests.trainables` the job's trials import (the current folder has none)."""
     specs = ROOT / "tests" / "specs"
     storage = f"file://{tmp_path / 'shared'}"
     proc = run_cli("submit", specs / "cluster_steady.yaml", "--address", cluster["dashboard"],
                    "--working-dir", ROOT, "--storage", storage, "--name", "submitted", "--wait", timeout=400,
-                   env=client_env(cluster))
+                   env=client_env(cluster), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = proc.stdout.split()[2]
     assert proc.stdout.splitlines()[:4] == [
