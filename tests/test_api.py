@@ -166,3 +166,17 @@ def test_a_short_run_prints_its_table_and_the_scheduler_line_once(ray_local, mak
     assert out.count("== Status ==") == 1, out
     assert out.count("Using FIFO scheduling algorithm.") == 1, out
     assert "1 TERMINATED" in out and f"Experiment folder: {result.experiment_path}" in out
+
+
+def test_the_readmes_tune_model_signature_is_the_codes():
+    """README "From Python" gives tune_model's signature: the same parameters, defaults and order as the code."""
+    import inspect
+
+    parts = []
+    for p in inspect.signature(tune_model).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        else:
+            parts += ["*"] if p.kind is p.KEYWORD_ONLY and "*" not in parts else []
+            parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    assert f"`tune_model({', '.join(parts)})`:" in (ROOT / "README.md").read_text()
