@@ -178,8 +178,14 @@ def test_every_documented_searcher_default_is_the_built_searchers():
 
 @pytest.mark.parametrize("sampler", ["nsga2", "nsga3"])
 def test_nsga_population_size_defaults_to_optunas_50(sampler):
-    """README "Searchers": `population_size` for nsga2/nsga3 is by default Optuna's 50, and a given one is used."""
-    built = build_searcher(spec(search={"algorithm": "optuna", "sampler": sampler}, seed=0))
+    """README "Searchers": `population_size` for nsga2/nsga3 is by default Optuna's 50, and a given one is used.
+    Building either warns nothing (Optuna's "NSGAIIISampler is experimental" reached a run's console)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        built = build_searcher(spec(search={"algorithm": "optuna", "sampler": sampler}, seed=0))
+    assert [str(w.message) for w in caught] == []
     assert built._sampler._population_size == 50
     built = build_searcher(spec(search={"algorithm": "optuna", "sampler": sampler, "population_size": 8}, seed=0))
     assert built._sampler._population_size == 8

@@ -26,6 +26,7 @@ With several objectives, Optuna's searcher is built with all of them instead, an
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers import (
@@ -96,11 +97,14 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None,
             sampler = TPESampler(seed=spec.seed, n_startup_trials=search.n_startup_trials,
                                  multivariate=search.multivariate)
         else:
+            from optuna.exceptions import ExperimentalWarning
             from optuna.samplers import NSGAIIISampler, NSGAIISampler
 
             cls = NSGAIISampler if search.sampler == "nsga2" else NSGAIIISampler
             size: dict[str, Any] = {} if search.population_size is None else {"population_size": search.population_size}
-            sampler = cls(seed=spec.seed, **size)
+            with warnings.catch_warnings():  # NSGA-III's "NSGAIIISampler is experimental": not for the console
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                sampler = cls(seed=spec.seed, **size)
         return _OptunaSearch(sampler, points, spec, space=DefineByRun(spec) if conditional else None,
                              warm=warm.trials if warm is not None else None)
     # BOHB (hpbandster, statsmodels, scipy.stats) costs about 1.3 CPU-s to import: only where it is chosen.
@@ -285,7 +289,6 @@ def quiet_searchers(algorithm: str) -> None:
     Args:
         algorithm: The spec's ``search.algorithm``.
     """
-    import warnings
 
     if algorithm == "optuna":
         import optuna
@@ -315,7 +318,6 @@ def quiet_schedulers(scheduler_type: str) -> None:
     Args:
         scheduler_type: The spec's ``scheduler.type``.
     """
-    import warnings
 
     if scheduler_type in POPULATION_SCHEDULERS:
         warnings.filterwarnings("ignore", message="Using `CheckpointConfig.num_to_keep <= 2` with PBT",
