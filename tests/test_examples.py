@@ -582,3 +582,18 @@ def test_the_resnet_examples_synthetic_epoch_and_the_resident_budget_are_the_rea
     assert trial.RESIDENT_MAX_BYTES == 256 * 2**20
     readme = (ROOT / "README.md").read_text()
     assert "15,360 an epoch, 60 steps at batch 256" in readme and "256 MiB" in readme
+
+
+def test_cifar_takes_optimizer_and_beta2(reports, tmp_path, monkeypatch):
+    """README: `examples/cifar.py:train` takes `optimizer` and `beta2` too (Adam with betas (0.9, beta2)); an
+    unknown optimizer is a ValueError."""
+    folder = cifar.make_fake_cifar(tmp_path, n_per_batch=8)
+    built = []
+    make = _common.make_optimizer
+    monkeypatch.setattr(_common, "make_optimizer", lambda params, cfg: built.append(make(params, cfg)) or built[-1])
+    cifar.train({"data_dir": folder, "epochs": 1, "batch_size": 16, "l1": 4, "l2": 4, "lr": 1e-3,
+                 "optimizer": {"name": "adam", "beta2": 0.99}})
+    assert len(reports) == 1 and len(built) == 1
+    assert isinstance(built[0], torch.optim.Adam) and built[0].param_groups[0]["betas"] == (0.9, 0.99)
+    with pytest.raises(ValueError, match="rmsprop"):
+        cifar.train({"data_dir": folder, "epochs": 1, "batch_size": 16, "l1": 4, "l2": 4, "optimizer": "rmsprop"})
