@@ -97,14 +97,11 @@ def build_searcher(spec: Spec, max_concurrent: int | None = None,
             sampler = TPESampler(seed=spec.seed, n_startup_trials=search.n_startup_trials,
                                  multivariate=search.multivariate)
         else:
-            from optuna.exceptions import ExperimentalWarning
             from optuna.samplers import NSGAIIISampler, NSGAIISampler
 
             cls = NSGAIISampler if search.sampler == "nsga2" else NSGAIIISampler
             size: dict[str, Any] = {} if search.population_size is None else {"population_size": search.population_size}
-            with warnings.catch_warnings():  # NSGA-III's "NSGAIIISampler is experimental": not for the console
-                warnings.simplefilter("ignore", ExperimentalWarning)
-                sampler = cls(seed=spec.seed, **size)
+            sampler = cls(seed=spec.seed, **size)
         return _OptunaSearch(sampler, points, spec, space=DefineByRun(spec) if conditional else None,
                              warm=warm.trials if warm is not None else None)
     # BOHB (hpbandster, statsmodels, scipy.stats) costs about 1.3 CPU-s to import: only where it is chosen.
@@ -283,17 +280,19 @@ def quiet_searchers(algorithm: str) -> None:
     hpbandster logs at INFO; its KDE (statsmodels
     ``KDEMultivariate``) draws from numpy's global RandomState, which TuneBOHB's seed
     sets, and statsmodels 0.15 warns on every BOHB run that this default changes "after
-    0.17 or January 2028" (the seed test in tests/test_engine.py shows when it does). A
-    resumed searcher is unpickled, not built, so this runs before every Tune session.
+    0.17 or January 2028" (the seed test in tests/test_engine.py shows when it does). Optuna
+    warns that its NSGA-III sampler is experimental whenever one is built. A resumed searcher is
+    unpickled, not built, so this runs before every Tune session.
 
     Args:
         algorithm: The spec's ``search.algorithm``.
     """
-
     if algorithm == "optuna":
         import optuna
+        from optuna.exceptions import ExperimentalWarning
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", message="NSGAIIISampler is experimental", category=ExperimentalWarning)
         # A trial resumed from a checkpoint older than its last result reports those steps
         # again; Optuna keeps the first value and warns on each repeat (optuna.trial.Trial.report).
         warnings.filterwarnings("ignore", message="The reported value is ignored because this `step",
@@ -318,7 +317,6 @@ def quiet_schedulers(scheduler_type: str) -> None:
     Args:
         scheduler_type: The spec's ``scheduler.type``.
     """
-
     if scheduler_type in POPULATION_SCHEDULERS:
         warnings.filterwarnings("ignore", message="Using `CheckpointConfig.num_to_keep <= 2` with PBT",
                                 category=UserWarning)
