@@ -226,6 +226,26 @@ def _crash_after_the_report(marker: str) -> None:
     raise RuntimeError("simulated worker crash")
 
 
+def _marked(folder: str, prefix: str = "") -> int:
+    """How many marks (files whose names start with ``prefix``) ``folder`` holds."""
+    return sum(1 for name in os.listdir(folder) if name.startswith(prefix))
+
+
+def _wait_for_marks(folder: str, count: int, prefix: str = "", timeout_s: float = 300, step_s: float = 0.1) -> None:
+    """Wait until ``count`` trials have marked ``folder`` (:func:`_marked`): that many ran at once.
+
+    Raises:
+        RuntimeError: After ``timeout_s`` seconds with fewer marks: fewer trials ever ran at once.
+    """
+    import time
+
+    for _ in range(round(timeout_s / step_s)):
+        if _marked(folder, prefix) >= count:
+            return
+        time.sleep(step_s)
+    raise RuntimeError(f"fewer than {count} trials ever ran at once")
+
+
 def gpu_probe(config):
     """Reports the GPU ids and CUDA_VISIBLE_DEVICES Ray gave this trial, and who shared its GPU.
 
@@ -237,19 +257,8 @@ def gpu_probe(config):
     ``together`` trials counts every trial that shares its GPU among them.
     """
     import os
-    import time
 
     import ray
-
-    def count(prefix: str) -> int:
-        return sum(1 for name in os.listdir(gate) if name.startswith(prefix))
-
-    def wait(prefix: str) -> None:
-        for _ in range(3000):
-            if count(prefix) >= int(config["together"]):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"fewer than {config['together']} trials ever ran at once")
 
     gpus = ",".join(str(g) for g in ray.get_gpu_ids())
     gate = config["gate"]
@@ -263,10 +272,10 @@ def gpu_probe(config):
     live = os.path.join(gate, f"live-{gpus}-{number}")
     open(live, "w").close()
     open(os.path.join(gate, f"started-{number}"), "w").close()
-    wait("started-")
-    peers = count(f"live-{gpus}-")
+    _wait_for_marks(gate, int(config["together"]), "started-")
+    peers = _marked(gate, f"live-{gpus}-")
     open(os.path.join(gate, f"passed-{number}"), "w").close()
-    wait("passed-")
+    _wait_for_marks(gate, int(config["together"]), "passed-")
     os.remove(live)
     trial.report({"gpu_ids": gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                   "gpu_peers": peers, "loss": config.get("x", 0.0)})
@@ -919,12 +928,7 @@ def gpu_footprint(config):
     start = _start_epoch()
     for epoch in range(start, int(config.get("epochs", 3))):
         if n_together and epoch == 1:
-            for _ in range(3000):
-                if len(os.listdir(together + ".d")) >= n_together:
-                    break
-                time.sleep(0.2)
-            else:
-                raise RuntimeError(f"fewer than {n_together} trials ran at once: {os.listdir(together + '.d')}")
+            _wait_for_marks(together + ".d", n_together, timeout_s=600)
         below = config.get("oom_share_below")
         if below and epoch == 1 and share < below:
             marker = os.path.join(config["oom_once_dir"], trial_id)
