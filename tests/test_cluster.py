@@ -433,25 +433,27 @@ def test_jobs_stop_ends_the_job_and_its_trial(cluster, tmp_path, run_cli):
                    env=env, cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = proc.stdout.split()[2]
+
+    def jobs(command: str, *args, timeout: float = 900):
+        return run_cli("jobs", command, job_id, "--address", cluster["dashboard"], *args, env=env, timeout=timeout)
+
+    stop = None
     try:
         for i in range(3000):  # the gate: the trial is running (10 minutes at most)
             if pid_file.is_file() and pid_file.read_text():
                 break
             if i % 50 == 49:  # every 10 s: a job that ended without its trial fails the test now
-                status = run_cli("jobs", "status", job_id, "--address", cluster["dashboard"], env=env).stdout
-                assert status.startswith((f"{job_id}: RUNNING", f"{job_id}: PENDING")), run_cli(
-                    "jobs", "logs", job_id, "--address", cluster["dashboard"], env=env).stdout
+                status = jobs("status").stdout
+                assert status.startswith((f"{job_id}: RUNNING", f"{job_id}: PENDING")), jobs("logs").stdout
             time.sleep(0.2)
         pid = int(pid_file.read_text())
-        stop = run_cli("jobs", "stop", job_id, "--address", cluster["dashboard"], env=env)
+        stop = jobs("stop")
         assert stop.returncode == 0 and stop.stdout == f"{job_id}: stop requested\n", stop.stdout + stop.stderr
     finally:
-        run_cli("jobs", "stop", job_id, "--address", cluster["dashboard"], env=env)
-    for _ in range(120):  # until Ray has stopped the job (2 minutes at most)
-        status = run_cli("jobs", "status", job_id, "--address", cluster["dashboard"], env=env).stdout
-        if not status.startswith((f"{job_id}: RUNNING", f"{job_id}: PENDING")):
-            break
-        time.sleep(1)
+        if stop is None:
+            jobs("stop")  # never leave the job running
+    jobs("logs", "--follow", timeout=120)  # ends with the job (2 minutes at most)
+    status = jobs("status").stdout
     assert status.startswith(f"{job_id}: STOPPED"), status
     for _ in range(600):  # the trial's process ends with the job (2 minutes at most)
         try:
