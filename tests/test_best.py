@@ -4,6 +4,7 @@ with a result; `tuner list` names finished-with-errors and aborted experiments."
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,28 @@ def test_the_readmes_layout_lists_every_module_and_each_path_exists():
     modules = {f"tuner/{p.name}" for p in (ROOT / "tuner").glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
     modules |= {f"tuner/{p.name}/" for p in (ROOT / "tuner").iterdir() if (p / "__init__.py").is_file()}
     assert sorted(modules - set(layout)) == []
+
+
+#: The repository's top folders: a path the README names in backticks under one of them is a file or folder here
+#: (not one of an experiment's folder, such as `pbt_clones/`).
+TOP_FOLDERS = ("benchmarks", "docker", "docs", "examples", "schema", "search_spaces", "tests", "tuner")
+
+
+def test_every_repository_path_and_benchmarks_section_the_readme_names_exists():
+    """README, throughout: every repository path it names in backticks exists (`examples/_common.py:load_checkpoint`
+    the file and a function or class of that name in it), and every section of docs/benchmarks.md it quotes
+    (`docs/benchmarks.md`, "Per-trial start-up cost") is the start of a heading there."""
+    text = (ROOT / "README.md").read_text()
+    named = {m for m in re.findall(r"`([\w./-]+(?::\w+)?)`", text) if m.split("/", 1)[0] in TOP_FOLDERS and "/" in m}
+    assert len(named) > 50, "the README's paths are found"
+    assert sorted(p for p in named if not (ROOT / p.split(":")[0]).exists()) == []
+    for path, name in (p.split(":") for p in sorted(named) if ":" in p):
+        assert re.search(rf"^(def|class) {name}\b", (ROOT / path).read_text(), re.M), f"{path}:{name}"
+    quoted = re.findall(r'`docs/benchmarks\.md`, "([^"]+)"', " ".join(text.split()))
+    assert len(quoted) >= 4, "the README's quoted sections are found"
+    headings = [line.lstrip("#").strip() for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+                if line.startswith("#")]
+    assert [title for title in quoted if not any(h.startswith(title) for h in headings)] == []
 
 
 def test_the_rule_is_written_once_and_report_stays_ray_free():

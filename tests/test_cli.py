@@ -75,10 +75,15 @@ def test_validate_notes_a_hyperband_that_cannot_compare_ddp_trials(make_spec, ru
 
 
 def test_dry_run_is_validate(make_spec, run_cli):
-    spec = make_spec(TOY, file="toy.yaml")
-    a = run_cli("validate", spec, "--num-cpus", "2")
-    b = run_cli("run", spec, "--dry-run", "--num-cpus", "2")
-    assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
+    """`tuner run --dry-run` prints what `tuner validate` prints: the plan, and the wall-time lines of a forecast
+    in seconds (an ASHA on time_total_s needs no measurement for them)."""
+    for text in (TOY, TOY.replace("scheduler: {type: asha, max_t: 3,", "scheduler: {type: asha, time_attr: "
+                                  "time_total_s, max_t: 30,")):
+        spec = make_spec(text, file="toy.yaml")
+        a = run_cli("validate", spec, "--num-cpus", "2")
+        b = run_cli("run", spec, "--dry-run", "--num-cpus", "2")
+        assert a.returncode == b.returncode == 0 and a.stdout == b.stdout, (a.stderr, b.stderr)
+    assert "wall time:" in b.stdout, b.stdout
 
 
 # Runs `tuner.cli.main(ARGV)` once per call in one process, as separate `python -m tuner ARGV` processes would:

@@ -20,7 +20,7 @@ import yaml
 
 from tuner.layout import RESULTS_CSV
 from tuner.params import flatten
-from tuner.spec import load_spec
+from tuner.spec import SpecError, load_spec
 
 SPACE = """
 optimizer: {type: choice, values: [sgd, adam, rmsprop]}
@@ -249,6 +249,47 @@ def test_the_spec_round_trips_through_spec_yaml(tmp_path):
     spec = _spec(tmp_path, "random", 3)
     again = load_spec(yaml.safe_load(yaml.safe_dump(spec.model_dump(mode="json", exclude_unset=True), sort_keys=False)))
     assert again.space == spec.space
+
+
+def test_when_names_a_parameter_by_dotted_path_or_a_subspace_choice_by_its_key(make_spec):
+    """README "Conditional search spaces": a `when` key that names no sibling names a parameter by its dotted path
+    (`opt.name`: the parent `opt/name`), and naming a choice among sub-spaces means its branch name (`model`: the
+    parent `model/name`)."""
+    spec = load_spec(make_spec("""
+trainable: tests.trainables:quadratic
+param_space:
+  opt:
+    name: {type: choice, values: [sgd, adam]}
+  momentum: {type: uniform, low: 0.5, high: 0.99, when: {opt.name: sgd}}
+  model:
+    type: choice
+    values:
+      - {name: cnn, kernel: {type: choice, values: [3, 5]}}
+      - {name: mlp}
+  width: {type: choice, values: [64, 128], when: {model: mlp}}
+"""))
+    parents = {p.name: [(c.parent, c.values) for c in p.conditions] for p in spec.space.params if p.conditions}
+    assert parents["momentum"] == [("opt/name", ("sgd",))]
+    assert parents["width"] == [("model/name", ("mlp",))]
+    tree = spec.space.tree()
+    assert "  momentum  uniform [0.5, 0.99)  when opt/name = sgd" in tree
+    assert "  width  choice [64, 128]  when model/name = mlp" in tree
+
+
+@pytest.mark.parametrize("parent,good,bad", [
+    ("{type: lograndint, low: 1, high: 8}", 7, 8),  # high exclusive
+    ("{type: qrandint, low: 2, high: 10, q: 2}", 10, 5),  # high inclusive; only multiples of q
+    ("{type: qlograndint, low: 2, high: 16, q: 2}", 16, 18),
+])
+def test_quantized_and_log_integers_may_be_parents(make_spec, parent, good, bad):
+    """README "Conditional search spaces": parents may be `qrandint`, `lograndint` and `qlograndint` too; a value
+    the parent takes loads, and one it never takes is refused."""
+    text = "trainable: tests.trainables:quadratic\nparam_space:\n  h: {parent}\n" \
+           "  w: {{type: choice, values: [1, 2], when: {{h: {value}}}}}\n"
+    spec = load_spec(make_spec(text.format(parent=parent, value=good)))
+    assert [(c.parent, c.values) for c in spec.space.get("w").conditions] == [("h", (good,))]
+    with pytest.raises(SpecError, match=rf"param_space\.w\.when\.h: h is .*, so it can never be {bad};"):
+        load_spec(make_spec(text.format(parent=parent, value=bad)))
 
 
 @pytest.mark.slow

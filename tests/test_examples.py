@@ -300,6 +300,32 @@ def test_checkpoints_load_across_ddp_and_single_process(gloo_group, monkeypatch)
         shutil.rmtree(folder, ignore_errors=True)
 
 
+
+def test_load_checkpoint_keeps_the_configs_lr_and_restores_the_momentum_buffers(monkeypatch):
+    """README "Schedulers" (PBT): the config wins over the checkpoint for what PBT changes; after loading an
+    optimizer's state, examples/_common.py:load_checkpoint keeps the `lr` (and `momentum`) the optimizer was built
+    with from the config, and takes the momentum buffers from the checkpoint."""
+    torch.manual_seed(0)
+    saved_model = torch.nn.Linear(3, 2)
+    saved_opt = torch.optim.SGD(saved_model.parameters(), lr=0.1, momentum=0.9)
+    saved_model(torch.randn(4, 3)).sum().backward()
+    saved_opt.step()  # momentum buffers to save
+    folder = _common.save_checkpoint(saved_model, saved_opt, 3)
+    try:
+        state = torch.load(os.path.join(folder, _common.CHECKPOINT_FILE), weights_only=True)
+        assert state["optimizer"]["param_groups"][0]["lr"] == 0.1, "the checkpoint holds another lr"
+        monkeypatch.setattr(trial, "get_checkpoint", lambda: folder)
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+        assert _common.load_checkpoint(model, optimizer) == 3
+        assert (optimizer.param_groups[0]["lr"], optimizer.param_groups[0]["momentum"]) == (0.01, 0.5)
+        for mine, saved in zip(model.parameters(), saved_model.parameters()):
+            assert torch.equal(mine, saved)
+            assert torch.equal(optimizer.state[mine]["momentum_buffer"], saved_opt.state[saved]["momentum_buffer"])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_resumed_ddp_loader_shuffles_like_an_uninterrupted_one():
     """The DistributedSampler shuffles from (config seed, epoch), also after a resume."""
     data = TensorDataset(torch.arange(32), torch.arange(32))

@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from tuner.forecast import (MAX_SIMULATED_TRIALS, SEED, SIMULATIONS, asha_evaluations, asha_paper, describe,
-                            _duration, describe_estimate, estimate, forecast, simulate_asha)
+                            _duration, describe_estimate, estimate, forecast, simulate_asha, simulation_runs)
 from tuner.spec import load_spec
 
 # One xdist worker runs this file: its module-scoped run is built once (pyproject's --dist loadgroup).
@@ -73,6 +73,16 @@ def test_asha_forecast_is_the_median_and_spread_of_seeded_simulations():
     # Without the cluster, max_concurrent_trials, else one at a time.
     assert forecast(spec).at_once == 1
     assert forecast(_spec(MAIN_LIKE, num_samples=16, max_concurrent_trials=3)).at_once == 3
+
+
+
+def test_asha_is_simulated_200_times_and_fewer_above_100_trials():
+    """README "Budget forecast": ASHA's expected count comes from 200 simulated runs; above 100 trials from fewer
+    (about 20,000 simulated trials in all, at least 5 runs), and the plan line names the real count."""
+    assert [simulation_runs(n) for n in (1, 16, 100)] == [200, 200, 200]
+    assert [simulation_runs(n) for n in (101, 1000, 10**6)] == [198, 20, 5]
+    fc = forecast(_spec(MAIN_LIKE, num_samples=1000), at_once=2)
+    assert "simulated 20 times at 2 trials at a time" in describe(fc)[1]
 
 
 def test_asha_first_trial_at_a_rung_goes_on_so_small_experiments_run_above_the_papers_rule():

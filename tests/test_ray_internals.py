@@ -774,6 +774,43 @@ def test_ray_reads_the_environment_variable_tuner_sets(variable):
         f"{module.__name__} no longer reads {variable}, which tuner/reporting.py: prepare_console sets"
 
 
+def test_experiment_state_is_saved_every_2_s_unless_the_user_set_it(monkeypatch):
+    """README "When things go wrong": Ray Tune saves the experiment state at least every 2 s: prepare_console sets
+    TUNE_GLOBAL_CHECKPOINT_S to 2 where it is unset, and leaves a value the user set."""
+    import os
+    from unittest import mock
+
+    from tuner.reporting import prepare_console
+
+    with mock.patch.dict(os.environ):  # prepare_console's other variables are restored too
+        monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
+        prepare_console()
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "2"
+        monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "7")
+        prepare_console()
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
+
+
+def test_a_preemption_watcher_setting_the_user_made_wins_over_tuners(monkeypatch):
+    """README "Resources and DDP trials": a RAY_TRAIN_ENABLE_PREEMPTION_WATCHER you set wins over tuner's (0 on a
+    one-node Ray): lean_train_env leaves it out, and a lean DDP trial's launcher keeps it (Ray's node list faked:
+    one node, no Ray started)."""
+    import os
+
+    import ray
+
+    from tuner.ray_internals import TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV, lean_train_env
+    from tuner.trainable import _train_launcher
+
+    monkeypatch.setenv(TRAIN_HEALTH_CHECK_INTERVAL_ENV, "")  # so that monkeypatch unsets it again after the test
+    monkeypatch.delenv(TRAIN_HEALTH_CHECK_INTERVAL_ENV)
+    monkeypatch.setenv(TRAIN_PREEMPTION_WATCHER_ENV, "1")
+    assert lean_train_env(single_node=True) == {TRAIN_HEALTH_CHECK_INTERVAL_ENV: "0.5"}
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}])
+    _train_launcher(lean=True)
+    assert (os.environ[TRAIN_PREEMPTION_WATCHER_ENV], os.environ[TRAIN_HEALTH_CHECK_INTERVAL_ENV]) == ("1", "0.5")
+
+
 def test_the_check_fails_on_a_moved_internal():
     with pytest.raises(AttributeError):
         _resolve("ray.tune.search.basic_variant._NoSuchIterator")

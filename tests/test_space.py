@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from ray.tune.search.sample import Domain
+from ray.tune.search.sample import Categorical, Domain
 
 from tuner.params import sampled_params
 from tuner.space import grid_size, grid_values, plain, to_ray_space
@@ -86,6 +86,25 @@ def test_qrandint_q_defaults_to_1_with_high_exclusive():
     assert space({"p": {"type": "qrandint", "low": 8, "high": 12}}).param_space["p"].q == 1
     xs = samples({"type": "qrandint", "low": 8, "high": 12})
     assert set(xs.tolist()) == {8, 9, 10, 11}
+
+
+def test_qlograndint_with_q_1_excludes_high():
+    """README distributions table: `qlograndint` samples `[low, high]`, but with `q: 1` high is exclusive (Ray's
+    sampler): seeded, high never appears, while with `q: 2` it does."""
+    xs = samples({"type": "qlograndint", "low": 1, "high": 4, "q": 1})
+    assert set(xs.tolist()) == {1, 2, 3}
+    xs = samples({"type": "qlograndint", "low": 2, "high": 8, "q": 2})
+    assert set(xs.tolist()) == {2, 4, 6, 8}
+
+
+def test_a_choice_of_unnamed_constant_mappings_stays_rays_choice_of_dicts():
+    """README "Conditional search spaces": a choice of unnamed constant mappings stays what it was, Ray's
+    `tune.choice` of dicts, not a choice among sub-spaces."""
+    values = [{"depth": 2, "width": 64}, {"depth": 3, "width": 32}]
+    spec = space({"arch": {"type": "choice", "values": values}})
+    assert not spec.space.conditional and spec.space.get("arch/name") is None
+    domain = to_ray_space(spec)["arch"]
+    assert isinstance(domain, Categorical) and domain.categories == values
 
 
 @pytest.mark.parametrize("dist", [

@@ -138,6 +138,22 @@ def test_missing_file(tmp_path):
                                     "e.g. search_spaces/mnist_asha.yaml.")
 
 
+@pytest.mark.parametrize("name", [".", ".."])
+def test_experiment_name_dot_and_dot_dot_are_refused(make_spec, name):
+    """README "The spec": an experiment name holds [A-Za-z0-9._-] only, and is never '.' or '..' (the storage folder
+    itself, or its parent); a name with dots and more loads."""
+    with pytest.raises(SpecError, match=rf"name: name may hold only .*, but got '{name}'\.$"):
+        load_spec(make_spec(name=name))
+    assert load_spec(make_spec(name=f"v{name}1")).name == f"v{name}1"
+
+
+def test_min_batch_size_defaults_to_1(make_spec):
+    """README "The spec": `min_batch_size`, the floor of `oom_backoff`'s halving, defaults to 1."""
+    assert load_spec(make_spec(BASE)).min_batch_size == 1
+    with_backoff = BASE + "oom_backoff: batch_size\nparam_space: {batch_size: {type: choice, values: [32, 64]}}\n"
+    assert load_spec(make_spec(with_backoff)).min_batch_size == 1
+
+
 def test_shipped_specs_are_valid():
     for path in sorted((ROOT / "search_spaces").glob("*.yaml")):
         assert isinstance(load_spec(path), Spec), path

@@ -24,6 +24,7 @@ TRAINABLES = {
     "seed": 0,
     "param_space": {"x": X},
     "stop": {"training_iteration": 4},
+    "resources": {"cpu": 2},  # one trial at a time: one trial actor a run (as in test_engine.py's ENGINE)
     "reporting": {"cli": False, "tensorboard": False},
 }
 

@@ -131,8 +131,15 @@ def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address
     from tuner.engine import plan, run_prepared
 
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, replay)
-    if dry_run:
+    if dry_run:  # what `tuner validate` prints (without --measure or --from), with the same checks
+        from tuner import measure as timing
+        from tuner.engine import check_cluster
+
+        if prepared.address is not None:
+            check_cluster(prepared)
         click.echo(plan(prepared))
+        for line in timing.time_lines(prepared, None):
+            click.echo(line)
         return
     if prepared.address is not None:
         from tuner.engine import check_cluster
