@@ -187,11 +187,18 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
     assert not mirror.exists(), sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*"))
 
 
+def keyed(storage: str) -> str:
+    """The storage URI with the bucket's keys in its user info (``s3://KEY:SECRET@bucket/...``, which pyarrow
+    reads), for a run on the session's Ray, whose processes never saw the keys in the environment."""
+    return storage.replace("s3://", "s3://testing:testing@", 1)
+
+
 @pytest.mark.slow
-def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli):
+def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli, on_session_ray):
     """A DDP trial's Ray Train run keeps its checkpoints in the bucket, under the trial's folder,
     and after a worker crash the new worker group goes on from the checkpoint there. (A group of one
-    worker: that every rank restores is test_ddp's; here each worker would cost a process start.)"""
+    worker: that every rank restores is test_ddp's; here each worker would cost a process start. On the
+    session's Ray, the keys in the URI: that the environment's keys reach the trials is the first test's.)"""
     storage, env, fs = s3
     spec = tmp_path / "ddp.yaml"
     spec.write_text(yaml.safe_dump({
@@ -200,7 +207,7 @@ def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli)
                                           "fail_marker": str(tmp_path / "crashed-once")},
         "failure": {"max_failures": 1},
         "resources": {"workers": 1, "cpu_per_worker": 1}, "reporting": {"cli": False, "tensorboard": False}}))
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    proc = run_cli("run", spec, "--storage", keyed(storage), env={**env, **on_session_ray})
     assert proc.returncode == 0, proc.stderr
     files = _files(fs, "tuner-test/runs/cloud-ddp")
     summary = json.loads(_read(fs, "tuner-test/runs/cloud-ddp/summary.json"))
@@ -211,6 +218,9 @@ def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli)
     assert best.startswith("s3://tuner-test/runs/cloud-ddp/ddp_probe_"), best
     trial = best[len("s3://tuner-test/runs/cloud-ddp/"):].split("/")[0]
     assert f"{trial}/.train_placement_group" in files, "rank 0 recorded its placement group in the bucket"
+    for name in ("tuner_run.json", "summary.json", "spec.yaml"):  # the URI's keys stay out, as its query does
+        assert "testing:testing" not in _read(fs, f"tuner-test/runs/cloud-ddp/{name}"), name
+    assert "testing:testing" not in proc.stdout + proc.stderr
     assert any(n.startswith(f"{trial}/") and "/checkpoint_" in n for n in files), sorted(files)
 
 
@@ -239,15 +249,16 @@ def test_warm_start_reads_an_earlier_experiment_from_the_bucket(s3):
 
 
 @pytest.mark.slow
-def test_s3_storage_pbt_clones_from_a_copy_in_the_bucket(s3, tmp_path, run_cli):
+def test_s3_storage_pbt_clones_from_a_copy_in_the_bucket(s3, tmp_path, run_cli, on_session_ray):
     """PBT on cloud storage: the bottom trial restores from tuner's copy of the top trial's checkpoint in the
-    bucket's pbt_clones/ (a copy: the bucket has no hard links), and the copy is gone after the run."""
+    bucket's pbt_clones/ (a copy: the bucket has no hard links), and the copy is gone after the run. (On the
+    session's Ray, the keys in the URI.)"""
     from tests.test_pbt import SPEC as PBT
 
     storage, env, fs = s3
     spec = tmp_path / "pbt.yaml"
     spec.write_text(yaml.safe_dump({**PBT, "name": "cloud-pbt"}))
-    proc = run_cli("run", spec, "--num-cpus", "2", "--storage", storage, env=env)
+    proc = run_cli("run", spec, "--storage", keyed(storage), env={**env, **on_session_ray})
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(_read(fs, "tuner-test/runs/cloud-pbt/summary.json"))
     assert summary["trials"]["by_status"] == {"TERMINATED": 2}
