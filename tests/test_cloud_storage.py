@@ -83,8 +83,14 @@ def _read(fs, path) -> str:
         return f.read().decode()
 
 
+def keyed(storage: str) -> str:
+    """The storage URI with the bucket's keys in its user info (``s3://KEY:SECRET@bucket/...``, which pyarrow
+    reads), for a run on the session's Ray, whose processes never saw the keys in the environment."""
+    return storage.replace("s3://", "s3://testing:testing@", 1)
+
+
 @pytest.mark.slow
-def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli):
+def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli, on_session_ray):
     """Each trial's process dies once and the trial goes on from its checkpoint in the bucket."""
     storage, env, fs = s3
     spec = tmp_path / "cloud.yaml"
@@ -125,10 +131,11 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli):
     assert plan.returncode == 0, plan.stderr
     assert "s3://tuner-test/runs/cloud holds an experiment already, so this run goes to cloud-2" in plan.stdout
 
-    # Resume from the URI with a larger budget: Tuner.restore reads the bucket, adds one trial.
+    # Resume from the URI with a larger budget: Tuner.restore reads the bucket, adds one trial. (On the session's
+    # Ray, the keys in the URI: the run above showed the environment's keys reaching the trials.)
     spec.write_text(body.replace("num_samples: 2", "num_samples: 3"))
     location = storage.replace("/runs?", "/runs/cloud?")
-    proc = run_cli("resume", location, "--spec", spec, "--num-cpus", "2", env=env)
+    proc = run_cli("resume", keyed(location), "--spec", spec, env={**env, **on_session_ray})
     assert proc.returncode == 0, proc.stderr
     files_after = _files(fs, "tuner-test/runs/cloud")
     assert len({n.split("/")[0] for n in files_after if n.startswith("crashes_once_")}) == 3
@@ -185,12 +192,6 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
             "'request_timeout'.") in proc.stderr
     # Nothing written: the run records, the lock and the mirror go under TUNER_CACHE_DIR.
     assert not mirror.exists(), sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*"))
-
-
-def keyed(storage: str) -> str:
-    """The storage URI with the bucket's keys in its user info (``s3://KEY:SECRET@bucket/...``, which pyarrow
-    reads), for a run on the session's Ray, whose processes never saw the keys in the environment."""
-    return storage.replace("s3://", "s3://testing:testing@", 1)
 
 
 @pytest.mark.slow
