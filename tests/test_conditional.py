@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.fixtures.specs import one_trial_at_a_time
 from tuner.layout import RESULTS_CSV
 from tuner.params import flatten
 from tuner.spec import SpecError, load_spec
@@ -311,9 +312,8 @@ def test_each_searcher_runs_a_conditional_space_end_to_end(ray_local, tmp_path, 
                 "model": {"type": "choice", "values": [
                     {"name": "mlp", "hidden": {"type": "choice", "values": [32, 64]}},
                     {"name": "linear", "bias": True}]}}}, sort_keys=False))
-    # One trial at a time (one trial actor a run), but under BOHB, whose synchronous brackets need two.
-    one_at_a_time = {} if algorithm == "bohb" else {"max_concurrent_trials": 1}
-    result = tune_model(tmp_path / f"{algorithm}.yaml", storage=str(tmp_path / "runs"), **one_at_a_time)
+    result = tune_model(tmp_path / f"{algorithm}.yaml", storage=str(tmp_path / "runs"),
+                        **one_trial_at_a_time(algorithm))
     rows = pd.read_csv(tmp_path / "runs" / f"cond-{algorithm}" / RESULTS_CSV, keep_default_na=False)
     assert result.num_errors == 0 and len(rows) == (12 if algorithm == "grid" else 6)
     for row in rows.to_dict("records"):

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tests.fixtures.paths import ROOT
+from tests.fixtures.specs import one_trial_at_a_time
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +33,11 @@ def test_each_searcher_spec_runs(ray_local, tmp_path, name):
     trials get the optimizer's branch as a mapping of its own parameters, and no inactive one."""
     from tuner import tune_model
 
-    # One trial at a time: one trial actor (torch and the example imported once) serves the run. (Not under BOHB:
-    # its synchronous brackets are refused one live trial, as paused trials count.)
-    one_at_a_time = {} if name == "mnist_bohb" else {"max_concurrent_trials": 1}
-    tune_model(ROOT / "search_spaces" / f"{name}.yaml", storage=str(tmp_path), num_samples=2, **one_at_a_time,
+    import yaml
+
+    path = ROOT / "search_spaces" / f"{name}.yaml"
+    algorithm = yaml.safe_load(path.read_text())["search"]["algorithm"]
+    tune_model(path, storage=str(tmp_path), num_samples=2, **one_trial_at_a_time(algorithm),
                param_space={"limit_train": 400, "limit_val": 200, "epochs": 2})
     exp = next(tmp_path.iterdir())
     s = summary(exp)
@@ -137,7 +139,8 @@ def test_resnet_gpu_spec_runs_on_cpu(ray_local, tmp_path):
     from tuner import tune_model
 
     tune_model(ROOT / "search_spaces" / "resnet_gpu.yaml", storage=str(tmp_path), num_samples=2,
-               resources={"cpu": 1, "gpu": 0}, max_concurrent_trials=1, stop={"training_iteration": 2}, scheduler={"max_t": 2},
+               resources={"cpu": 1, "gpu": 0}, max_concurrent_trials=1, stop={"training_iteration": 2},
+               scheduler={"max_t": 2},
                param_space={"width": 8, "batch_size": 16, "n_train": 32, "n_val": 16, "epochs": 2})
     exp = tmp_path / "resnet-gpu"
     s = summary(exp)

@@ -99,17 +99,37 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, ad
              from_experiment) -> None:
     """Check SPEC and print the plan and its budget forecast; starts nothing (but the trial of --measure),
     writes nothing."""
-    from tuner.engine import check_cluster, plan
-
     if measure is not None and from_experiment is not None:
         raise InputError("--measure and --from exclude each other; choose one.")
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
-    if prepared.address is not None:
-        check_cluster(prepared)
+    _check_cluster(prepared)
     from tuner import measure as timing
 
     # A bad --from fails before the plan is printed.
     measured = timing.from_experiment(_local_copy(from_experiment)) if from_experiment is not None else None
+    _echo_plan(prepared, measured, measure)
+
+
+def _check_cluster(prepared) -> None:
+    """With an address: check the plan against the cluster's resources (connected, or refused) before anything
+    is printed or made; without one, nothing (a local Ray's resources are known from the options)."""
+    if prepared.address is not None:
+        from tuner.engine import check_cluster
+
+        check_cluster(prepared)
+
+
+def _echo_plan(prepared, measured=None, measure: int | None = None) -> None:
+    """Print the plan and its forecast in time, as `tuner validate` (and `tuner run --dry-run`) show them.
+
+    Args:
+        prepared: A :class:`tuner.engine.Prepared`, its cluster checked (:func:`_check_cluster`).
+        measured: A measurement from ``--from``, or None.
+        measure: ``--measure N``: run the first trial for N iterations after the plan is printed; None: no run.
+    """
+    from tuner import measure as timing
+    from tuner.engine import plan
+
     click.echo(plan(prepared))
     if measure is not None:
         measured = timing.measure(prepared, measure)
@@ -128,23 +148,13 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, ad
                    "SPEC gives the trainable, stop and resources.")
 def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run, replay) -> None:
     """Run the tuning experiment described by SPEC."""
-    from tuner.engine import plan, run_prepared
+    from tuner.engine import run_prepared
 
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, replay)
-    if dry_run:  # what `tuner validate` prints (without --measure or --from), with the same checks
-        from tuner import measure as timing
-        from tuner.engine import check_cluster
-
-        if prepared.address is not None:
-            check_cluster(prepared)
-        click.echo(plan(prepared))
-        for line in timing.time_lines(prepared, None):
-            click.echo(line)
+    _check_cluster(prepared)  # connected (or refused) before the experiment folder is made
+    if dry_run:  # what `tuner validate` prints (without --measure or --from)
+        _echo_plan(prepared)
         return
-    if prepared.address is not None:
-        from tuner.engine import check_cluster
-
-        check_cluster(prepared)  # connected (or refused) before the experiment folder is made
     try:
         result = run_prepared(prepared, echo=click.echo)
     except KeyboardInterrupt:
