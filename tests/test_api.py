@@ -33,8 +33,9 @@ def test_first_trial_bug_raises_trial_error_with_the_traceback(ray_local, tmp_pa
     assert (tmp_path / "api" / "summary.json").is_file() and err.path.startswith(str(tmp_path / "api"))
 
 
-def test_errored_trials_are_in_the_result_and_logged(ray_local, make_spec):
-    """Some trials errored, the run went on: TuneResult.errors names them and a warning is logged."""
+def test_errored_trials_are_in_the_result_and_the_warning_names_each(ray_local, make_spec):
+    """README: "When some trials errored and the others went on, it returns the result with `errors` filled and
+    logs one warning naming them (logger `tuner`)": each errored trial's id, the last line of its error, its folder."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = records.append
@@ -49,6 +50,9 @@ def test_errored_trials_are_in_the_result_and_logged(ray_local, make_spec):
     assert {e["trial_id"] for e in result.errors} == set(errored)
     assert all("ValueError: x too large" in e["error"] for e in result.errors)
     assert len(records) == 1 and f"{result.num_errors} of 4 trials errored" in records[0].getMessage()
+    named = records[0].getMessage().split(": ", 1)[1].split("; ")
+    assert named == [f"{e['trial_id']}: {e['error']} ({e['path']})" for e in result.errors]
+    assert sorted(n.split(":")[0] for n in named) == sorted(errored)
     assert result.best_config["x"] <= 0.5
 
 

@@ -181,3 +181,27 @@ def test_list_names_finished_with_errors_and_aborted(errored, run_cli):
     assert f"{len(ERRORED_X)} ({errors} errored)" in rows["errored"]
     assert f"loss={result.best_metrics['loss']:.6g}" in rows["errored"]
     assert rows["aborted"].split()[1] == "aborted", rows["aborted"]
+
+
+def test_best_config_is_none_without_a_metric(tmp_path):
+    """README: `TuneResult.best_config` is "the best trial's config ... (None without a metric or a finished
+    trial)": the same finished trials give a best config with a metric, and none without one."""
+    from ray.tune import Result
+
+    from tuner.results import collect_results
+    from tuner.spec import load_spec
+
+    def trials(folder):  # Ray's own Result of each of two finished trials, as Tuner.fit() gives them
+        return [Result(metrics={"loss": loss, "trial_id": f"a_0000{i}", "training_iteration": 2,
+                                "config": {"x": 0.5 + i}},
+                       checkpoint=None, error=None, path=str(folder / f"t_a_0000{i}"), metrics_dataframe=None)
+                for i, loss in enumerate([0.3, 0.1])]
+
+    base = {"name": "b", "trainable": "tests.trainables:quadratic", "param_space": {"x": 0.5},
+            "reporting": {"cli": False, "tensorboard": False}}
+    ranked = collect_results(load_spec({**base, "metric": "loss", "mode": "min"}), trials(tmp_path / "m"),
+                             tmp_path / "m", 1.0)
+    assert ranked.best_config == {"x": 1.5} and ranked.best_trial_id == "a_00001"  # the check can tell
+    plain = collect_results(load_spec(base), trials(tmp_path / "n"), tmp_path / "n", 1.0)
+    assert plain.best_config is None and plain.best_trial_id is None and plain.summary["best"] is None
+    assert not (tmp_path / "n" / "best_config.yaml").exists()

@@ -249,3 +249,39 @@ def test_export_refuses_an_experiment_without_summary_json(run_cli, tmp_path):
     assert proc.stderr == (f"tuner: error: {exp} has no summary.json: it is not a tuner experiment, or its run has "
                            "not ended (a run writes it when it ends; `tuner resume` finishes a stopped one).\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["unfinished"], "nothing written"
+
+
+def test_export_leaves_no_staging_folder_after_a_failure(tmp_path, monkeypatch):
+    """README: the export folder "must be new or empty (else exit 2, and nothing is written; the folder is built
+    beside it and renamed)": a copy that fails half-way leaves neither the folder nor the one built beside it."""
+    import shutil
+    import socket
+
+    from tuner.errors import ExperimentError
+    from tuner.export import export
+
+    exp = tmp_path / "runs" / "e"
+    checkpoint = exp / "e_00000" / "checkpoint_000001"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "weights.bin").write_bytes(b"w" * 1000)
+    monkeypatch.chdir(checkpoint)  # a short relative name: a socket's path is at most 107 bytes
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind("unreadable.sock")  # copied after weights.bin is, and no file can be read from a socket
+    entry = {"dir": "e_00000/checkpoint_000001", "checkpoint": str(checkpoint), "config": {"x": 0.5},
+             "metrics": {"metric": "loss", "value": 0.1, "training_iteration": 1}}
+    (exp / SUMMARY).write_text(json.dumps({"name": "e", "metric": "loss", "mode": "min", "best": {"trial_id": "t0"},
+                                           "checkpoints": {"t0": entry}}))
+    out = tmp_path / "exports"
+    out.mkdir()
+    try:
+        with pytest.raises(shutil.Error, match="unreadable.sock"):
+            export(exp, out / "best")
+    finally:
+        sock.close()
+    assert list(out.iterdir()) == [], "neither the export folder nor the folder built beside it"
+    # A checkpoint gone before the copy: the same.
+    (exp / SUMMARY).write_text(json.dumps({"name": "e", "best": {"trial_id": "t0"}, "checkpoints": {
+        "t0": {**entry, "dir": "e_00000/gone", "checkpoint": str(tmp_path / "gone")}}}))
+    with pytest.raises(ExperimentError, match="is gone"):
+        export(exp, out / "best")
+    assert list(out.iterdir()) == []

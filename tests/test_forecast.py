@@ -224,6 +224,31 @@ def test_hyperband_and_bohb_fill_rays_brackets_in_their_orders():
     assert "Falkner et al. 2018" in bohb.rule
 
 
+@pytest.mark.parametrize("stop_last_trials", [True, False])
+def test_hyperband_max_t_caps_a_trial_only_where_rays_scheduler_stops_it_there(stop_last_trials):
+    """README: the forecast's "at most" counts `max_t` "only where the scheduler stops a trial there: not under
+    ASHA's or Hyperband's `stop_last_trials: false`": one trial, replayed through Ray's own HyperBandScheduler (built
+    as `tuner run` builds it), ends where the forecast says, at max_t 4 or at stop 10."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from tuner.algorithms import build_scheduler
+
+    spec = _spec({"type": "hyperband", "max_t": 4, "stop_last_trials": stop_last_trials},
+                 stop={"training_iteration": 10}, num_samples=1)
+    fc = forecast(spec)
+    assert (fc.per_trial, fc.max_total) == ((4, 4) if stop_last_trials else (10, 10))
+    hyperband = build_scheduler(spec)
+    hyperband.set_search_properties("loss", "min")
+    trial = type("Trial", (), {"trial_id": "t0", "status": "RUNNING"})()  # what Ray's scheduler reads of a trial
+    hyperband.on_trial_add(None, trial)
+    iteration = 0
+    for iteration in range(1, 11):  # stop.training_iteration 10 ends it there, whatever the scheduler says
+        if hyperband.on_trial_result(None, trial, {"training_iteration": iteration, "loss": 1.0}) == \
+                TrialScheduler.STOP:
+            break
+    assert iteration == fc.per_trial
+
+
 def test_grid_points_times_num_samples_and_other_time_attrs():
     grid = load_spec({"name": "g", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
                       "num_samples": 2, "search": {"algorithm": "grid"}, "stop": {"training_iteration": 5},
@@ -358,6 +383,23 @@ def test_validate_measure_runs_one_trial_and_writes_nothing(run_cli, tmp_path):
     assert "GPU-hours:" in lines[-1] and "(0.5 GPU per trial)" in lines[-1]
     assert not (tmp_path / "runs").exists()
     assert not list(temp.glob("tuner-measure-*")), "the measured run's temporary folder is removed"
+
+
+def test_measure_runs_its_trial_under_fifo_whatever_the_spec_scheduler(ray_local, tmp_path):
+    """README: "`--measure N` runs the first trial the searcher draws for N iterations here, through Ray Tune (a
+    FIFO scheduler, ...)": under a spec whose ASHA would stop every trial at max_t 1, the trial runs 3 iterations."""
+    from tuner.engine import prepare
+    from tuner.measure import measure
+
+    spec = {"name": "m", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min", "num_samples": 4,
+            "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 5},
+            "scheduler": {"type": "asha", "max_t": 1}, "storage": str(tmp_path / "runs"),
+            "reporting": {"cli": False, "tensorboard": False}}
+    prepared = prepare(spec)
+    assert forecast(prepared.spec).per_trial == 1, "the spec's scheduler stops a trial at iteration 1"
+    measured = measure(prepared, 3)
+    assert measured.source == "one trial run for 3 iterations here" and measured.iterations == 2
+    assert not (tmp_path / "runs").exists()
 
 
 def test_from_leaves_each_trials_first_iteration_out(tmp_path):

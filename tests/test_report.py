@@ -441,3 +441,95 @@ def test_report_leaves_out_a_trial_the_experiment_dropped(run, tmp_path):
     report = load_experiment(exp)
     assert "dropped_00009" not in set(report.trials["trial_id"])
     assert "new_00009" in set(report.trials["trial_id"]) and len(report.trials) == 7
+
+
+def _hand_made_experiment(path, trials: list[dict], history: list[dict], **fields):
+    """An Experiment built from hand-made rows (no run, no Ray): what load_experiment would give."""
+    from tuner.report.loading import Experiment
+
+    base = dict(path=path, name=path.name, spec=None, metric="loss", mode="min", status="finished", started=None,
+                summary=None, trials=pd.DataFrame(trials), history=pd.DataFrame(history), best_trial=None,
+                params=["x", "y"])
+    return Experiment(**{**base, **fields})
+
+
+def test_importances_count_trials_stopped_early_as_pruned(tmp_path, monkeypatch):
+    """README: parameter importances are Optuna's fANOVA "over the trials that ran to the end": a trial the
+    scheduler stopped early is a PRUNED Optuna trial (its values by iteration), never a COMPLETE one."""
+    import optuna
+
+    from tuner.report.analysis import importance_facts
+
+    # Six trials ran to the end, their loss set by x alone; four were stopped early at iteration 1, their loss
+    # set by y alone: counted as COMPLETE, they would give y most of the importance.
+    xs, ys = [0.1, 0.3, 0.5, 0.7, 0.9, 0.2], [0.5, 0.2, 0.8, 0.4, 0.6, 0.1]
+    trials, history = [], []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        trials.append({"trial_id": f"t_{i:05d}", "status": "TERMINATED", "iterations": 4, "stopped_early": False,
+                       "config/x": x, "config/y": y, "last_loss": x})
+        history += [{"trial_id": f"t_{i:05d}", "training_iteration": it, "loss": x + 1 / it} for it in range(1, 5)]
+    for i, (x, y) in enumerate(zip([0.15, 0.45, 0.65, 0.85], [0.9, 0.05, 0.7, 0.3]), start=6):
+        trials.append({"trial_id": f"t_{i:05d}", "status": "TERMINATED", "iterations": 1, "stopped_early": True,
+                       "config/x": x, "config/y": y, "last_loss": 100 * y})
+        history.append({"trial_id": f"t_{i:05d}", "training_iteration": 1, "loss": 100 * y})
+    exp = _hand_made_experiment(tmp_path, trials, history)
+    studies = []
+    create_study = optuna.create_study
+
+    def keep(*args, **kwargs):  # Optuna's own study, kept to read its trials back
+        studies.append(create_study(*args, **kwargs))
+        return studies[-1]
+
+    monkeypatch.setattr(optuna, "create_study", keep)
+    facts = importance_facts(exp)
+    assert facts["trials"] == 6 and "trials stopped early count as pruned" in facts["note"]
+    states = [(t.state, t.value, t.intermediate_values) for t in studies[0].trials]
+    ran = [(optuna.trial.TrialState.COMPLETE, x, {}) for x in xs]
+    early = [(optuna.trial.TrialState.PRUNED, None, {1: 100 * y}) for y in [0.9, 0.05, 0.7, 0.3]]
+    assert states == ran + early
+    assert facts["importances"]["x"] > facts["importances"]["y"]
+
+
+def test_tensorboard_hparams_domain_is_written_only_when_the_experiment_ends(ray_local, tmp_path):
+    """README: the HParams dashboard shows "each parameter's whole domain from the spec (written when the
+    experiment ends; before that TensorBoard infers it from the trials)": while trials run, neither the
+    experiment folder nor a trial's folder holds an HParams experiment; at the end the experiment folder does,
+    with the spec's whole domain (both choices, though the trial drew one)."""
+    pytest.importorskip("tensorboard")
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    from tuner.reporting import HParamsTBXCallback
+    from tuner.spec import load_spec
+
+    def hparams(folder):
+        acc = EventAccumulator(str(folder))
+        acc.Reload()
+        try:
+            return acc.PluginTagToContent("hparams")
+        except KeyError:
+            return {}
+
+    spec = load_spec(yaml.safe_load(SPEC), require_trainable=False)
+    exp = tmp_path / "steady"
+    storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="steady", trial_dir_name="steady_t0")
+    config = {"x": 0.25, "opt": "adam", "epochs": 6, "sleep": 0.3}
+    trial = Trial("__fake", config=config, trial_id="t0", stub=True, storage=storage,
+                  evaluated_params={"x": 0.25, "opt": "adam"})  # Ray's own Trial, as Tune hands it to callbacks
+    callback = HParamsTBXCallback(spec, exp)
+    callback.setup()
+    callback.log_trial_start(trial)
+    for i in (1, 2):
+        callback.log_trial_result(i, trial, {"loss": 1 / i, "training_iteration": i, "trial_id": "t0",
+                                             "config": config})
+    callback.log_trial_end(trial)
+    session = hparams(trial.local_path)
+    assert metadata.SESSION_START_INFO_TAG in session and metadata.EXPERIMENT_TAG not in session
+    assert metadata.EXPERIMENT_TAG not in hparams(exp), "no HParams experiment before the end"
+    callback.on_experiment_end([trial])
+    experiment = metadata.parse_experiment_plugin_data(hparams(exp)[metadata.EXPERIMENT_TAG])
+    infos = {h.name: h for h in experiment.hparam_infos}
+    assert [v.string_value for v in infos["opt"].domain_discrete.values] == ["adam", "sgd"]
+    assert (infos["x"].domain_interval.min_value, infos["x"].domain_interval.max_value) == (0, 1)

@@ -283,3 +283,56 @@ def test_creation_index_of_a_saved_trial():
     assert index({"experiment_tag": "3_lr=0.01@perturbed[lr=0.012]"}) == 3
     assert index({"experiment_tag": "0"}) == 0
     assert index({"experiment_tag": "x=1"}) is None and index({}) is None and index({"experiment_tag": 4}) is None
+
+
+def _marker_of(collection) -> str | None:
+    """Which matplotlib marker a scatter draws, by its path."""
+    import numpy as np
+    from matplotlib.markers import MarkerStyle
+
+    path = collection.get_paths()[0]
+    for name in ("x", "*", "o", "+", "s", "^"):
+        style = MarkerStyle(name)
+        marker = style.get_path().transformed(style.get_transform())
+        if marker.vertices.shape == path.vertices.shape and np.allclose(marker.vertices, path.vertices):
+            return name
+    return None
+
+
+def test_pareto_plot_marks_infeasible_trials_grey_x_the_best_a_red_star_and_steps_through_the_front(tmp_path):
+    """README: `pareto_front` draws every trial's last values, "the front drawn as a step line, infeasible trials
+    as grey x, the best trial as a red star, axes labelled `(max)`/`(min)`"."""
+    import matplotlib.colors as mcolors
+
+    from tuner.report.analysis import pareto_facts
+    from tuner.report.loading import Experiment
+    from tuner.report.plots import _plot_pareto
+    from tuner.spec.sections import Constraint, Objective
+
+    rows = [  # trial, accuracy (max), cost (min), latency_ms (<= 30): a and b on the front, c dominated, d infeasible
+        ("p_00000", 0.9, 5.0, 10.0, True, True),
+        ("p_00001", 0.7, 2.0, 20.0, True, True),
+        ("p_00002", 0.6, 4.0, 25.0, True, False),
+        ("p_00003", 0.95, 1.0, 50.0, False, False),
+    ]
+    trials = pd.DataFrame([{"trial_id": t, "status": "TERMINATED", "iterations": 2, "stopped_early": False,
+                            "config/x": i / 4, "last_accuracy": a, "last_cost": c, "last_latency_ms": lat,
+                            "feasible": ok, "pareto": front} for i, (t, a, c, lat, ok, front) in enumerate(rows)])
+    exp = Experiment(path=tmp_path, name="pareto", spec=None, metric="accuracy", mode="max", status="finished",
+                     started=None, summary=None, trials=trials, history=pd.DataFrame(), best_trial="p_00000",
+                     params=["x"], created=[r[0] for r in rows],
+                     objectives=[Objective(metric="accuracy", mode="max"), Objective(metric="cost", mode="min")],
+                     constraints=[Constraint(metric="latency_ms", max=LATENCY_MAX)])
+    ax = _plot_pareto(exp, pareto_facts(exp)).axes[0]
+    drawn = {c.get_label(): c for c in ax.collections}
+    infeasible, best = drawn["infeasible"], drawn["best (accuracy): p_00000"]
+    assert _marker_of(infeasible) == "x" and infeasible.get_offsets().tolist() == [[0.95, 1.0]]
+    assert mcolors.to_hex(infeasible.get_facecolor()[0]) == mcolors.to_hex("grey")
+    assert _marker_of(best) == "*" and best.get_offsets().tolist() == [[0.9, 5.0]]
+    assert mcolors.to_hex(best.get_facecolor()[0]) == mcolors.to_hex("crimson")
+    assert drawn["Pareto front"].get_offsets().tolist() == [[0.9, 5.0], [0.7, 2.0]]
+    assert drawn["feasible, dominated"].get_offsets().tolist() == [[0.6, 4.0]]
+    steps = [line for line in ax.get_lines() if line.get_drawstyle().startswith("steps")]
+    assert len(steps) == 1 and steps[0].get_drawstyle() == "steps-pre"  # x maximised: the step rises before a point
+    assert list(steps[0].get_xdata()) == [0.7, 0.9] and list(steps[0].get_ydata()) == [2.0, 5.0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("accuracy (max)", "cost (min)")

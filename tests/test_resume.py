@@ -269,11 +269,16 @@ def test_resume_refuses_a_folder_that_is_no_experiment(tmp_path, run_cli):
 @pytest.mark.slow
 def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(ray_local, tmp_path, run_cli,
                                                                                on_session_ray):
-    """A finished experiment resumes to nothing (resumed in-process); so does one whose newest state was
-    truncated mid-write: `tuner resume` falls back to the snapshot, says so, and keeps the broken file aside."""
+    """A finished experiment resumes to nothing (resumed in-process); so does one whose newest state files were
+    truncated mid-copy (Ray copies each into the experiment folder in place): the experiment state, the
+    searcher's and the callbacks' (the ASHA scheduler's state). `tuner resume` falls back to the snapshots,
+    names them, and keeps the broken files aside; without the searcher's and callbacks' snapshots, Ray's restore
+    fails on a cut pickle ("pickle data was truncated")."""
+    from tuner.failures import STATE_KINDS
+
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
-                    .replace("sleep: 0.4", "sleep: 0"))
+                    .replace("sleep: 0.4", "sleep: 0") + "scheduler: {type: asha, max_t: 2}\n")
     run_in_process(spec, tmp_path / "runs")
     exp = tmp_path / "runs" / "steady"
     before = {p.parent.name: p.read_text() for p in exp.glob("*/result.json")}
@@ -281,12 +286,19 @@ def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(r
     result = resume_in_process(exp)
     assert result.num_errors == 0 and len(result.dataframe) == 2, result.summary
     assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json")} == before
-    state = sorted(exp.glob("experiment_state-*.json"))[-1]
-    state.write_text(state.read_text()[:100])  # truncated mid-write
+    cut = [sorted(exp.glob(glob))[-1] for glob, _ in STATE_KINDS if list(exp.glob(glob))]
+    assert sorted(f.name.split("-2")[0] for f in cut) == ["basic-variant-state", "callback-states",
+                                                          "experiment_state"], cut
+    for state in cut:
+        state.write_bytes(state.read_bytes()[:100])  # truncated mid-copy
     proc = run_cli("resume", exp, env=on_session_ray)
     assert proc.returncode == 0, proc.stderr
-    assert "the newest experiment state was unreadable; resumed from the snapshot" in proc.stdout
-    assert (exp / (state.name + ".corrupt")).exists()
+    said = next(line for line in proc.stdout.splitlines() if "resumed from the snapshot" in line)
+    assert said.startswith("tuner: the newest saved state was unreadable (cut short by a kill); resumed from "
+                           "the snapshot "), said
+    assert sorted(said.split("resumed from the snapshot ")[1].split(", ")) == sorted(f.name for f in cut), said
+    for state in cut:
+        assert (exp / (state.name + ".corrupt")).exists()
     assert {p.parent.name: p.read_text() for p in exp.glob("*/result.json")} == before
     # Without a snapshot the resume is refused: test_resume_refuses_a_truncated_state_without_a_snapshot.
 
@@ -512,6 +524,44 @@ def test_state_snapshots_copy_a_readable_state_once_and_again_only_when_it_chang
     copy.write_text("stale")
     restored.on_step_end(1, [])
     assert copy.read_text() == good
+
+
+def test_a_cut_searcher_or_scheduler_state_comes_back_from_its_snapshot_or_is_set_aside(tmp_path):
+    """The searcher's and callbacks' states (pickles) are kept like the experiment state: a whole file is copied,
+    a cut one never replaces its copy, and restore_state_snapshot puts the copy back in place of a cut file and
+    keeps that file aside (*.corrupt). A cut file with no whole copy is set aside, and named: Ray then restores
+    that state from an older file, or starts it afresh. No Ray: the callback's hooks on real files."""
+    import pickle
+
+    from tuner.failures import StateSnapshots, restore_state_snapshot
+    from tuner.layout import (CALLBACK_STATE, CORRUPT_SUFFIX, EXPERIMENT_STATE, SEARCH_GEN_STATE, SEARCHER_STATE,
+                              STATE_SNAPSHOT_DIR)
+
+    stamp = "2026-01-01_00-00-00"
+    experiment = tmp_path / EXPERIMENT_STATE.format(stamp)
+    experiment.write_text(json.dumps({"trial_data": [], "runner_data": {}}))
+    pickled = {tmp_path / template.format(stamp): pickle.dumps({"state": template, "n": list(range(50))})
+               for template in (SEARCH_GEN_STATE, SEARCHER_STATE, CALLBACK_STATE)}
+    for file, data in pickled.items():
+        file.write_bytes(data)
+    StateSnapshots(tmp_path).on_experiment_end([])
+    assert sorted(p.name for p in (tmp_path / STATE_SNAPSHOT_DIR).iterdir()) == sorted(
+        [experiment.name, *(f.name for f in pickled)])
+    for file, data in pickled.items():
+        file.write_bytes(data[: len(data) // 2])  # cut short by a kill during Ray's copy
+    StateSnapshots(tmp_path).on_experiment_end([])  # a cut file is not copied over the whole one
+    restored, set_aside = restore_state_snapshot(tmp_path)
+    assert (sorted(restored), set_aside) == (sorted(f.name for f in pickled), [])
+    for file, data in pickled.items():
+        assert file.read_bytes() == data
+        assert len((tmp_path / (file.name + CORRUPT_SUFFIX)).read_bytes()) == len(data) // 2
+    assert restore_state_snapshot(tmp_path) == ([], []), "every file whole: nothing to do"
+    # A cut callbacks' state whose snapshot is gone (killed before the first copy): set aside, and named.
+    callbacks = tmp_path / CALLBACK_STATE.format(stamp)
+    callbacks.write_bytes(pickled[callbacks][:10])
+    (tmp_path / STATE_SNAPSHOT_DIR / callbacks.name).unlink()
+    assert restore_state_snapshot(tmp_path) == ([], [callbacks.name])
+    assert not callbacks.exists() and experiment.exists()
 
 
 def test_state_snapshots_wait_2_s_or_19_times_the_last_copy(tmp_path, monkeypatch):

@@ -350,3 +350,32 @@ def test_replay_errors(case, pbt, run_cli, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == expected
     assert sorted(p.name for p in exp.parent.iterdir()) == before
+
+
+def test_pbt_schedule_labels_each_step_with_the_trial_that_trained_it(tmp_path):
+    """README: the `pbt_schedule` plot is "a step plot, each step labelled with the trial that trained it", and
+    the report's PBT section gives the best trial's schedule step by step, with who trained each step."""
+    import pandas as pd
+
+    from tuner.report.loading import Experiment
+    from tuner.report.plots import _plot_pbt_schedule
+    from tuner.report.text import pbt_lines
+
+    steps = [{"from_iteration": 1, "trial_id": "pbt_00000", "config": {"lr": 0.1, "opt": {"width": 10}}},
+             {"from_iteration": 3, "trial_id": "pbt_00002", "config": {"lr": 0.4, "opt": {"width": 10}}},
+             {"from_iteration": 5, "trial_id": "pbt_00001", "config": {"lr": 0.2, "opt": {"width": 10}}}]
+    history = pd.DataFrame([{"trial_id": "pbt_00001", "training_iteration": i, "score": float(i)} for i in range(1, 7)])
+    trials = pd.DataFrame([{"trial_id": f"pbt_0000{i}", "status": "TERMINATED", "iterations": 6,
+                            "stopped_early": False, "config/lr": 0.1 * (i + 1), "last_score": 6.0} for i in range(3)])
+    exp = Experiment(path=tmp_path, name="pbt", spec=None, metric="score", mode="max", status="finished",
+                     started=None, summary=None, trials=trials, history=history, best_trial="pbt_00001",
+                     params=["lr", "opt/width"], pbt=True, perturbations=[],
+                     schedule={"trial_id": "pbt_00001", "policy_file": None, "changed": ["lr"], "schedule": steps})
+    fig = _plot_pbt_schedule(exp)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["lr"]
+    labels = [(text.get_text(), tuple(map(float, text.xy))) for text in fig.axes[0].texts]
+    assert labels == [("pbt_00000", (1.0, 0.1)), ("pbt_00002", (3.0, 0.4)), ("pbt_00001", (5.0, 0.2))]
+    assert pbt_lines(exp)[1:] == ["Schedule of the best trial pbt_00001 (lr changes):",
+                                  "  from iteration 1: lr=0.1 (trained by pbt_00000)",
+                                  "  from iteration 3: lr=0.4 (trained by pbt_00002)",
+                                  "  from iteration 5: lr=0.2 (trained by pbt_00001)"]

@@ -1,7 +1,8 @@
 """The scheduler's state across SIGKILL, Ctrl-C and resume (tuner/scheduler_state.py).
 
 Each test runs one experiment twice on deterministic trials (loss = x + 1/(epoch + 1), checkpointed
-every epoch): once uninterrupted, as the reference (one per scheduler, shared by its tests), and once
+every epoch): once uninterrupted, as the reference (one per scheduler, shared by its tests; ASHA's and the
+median rule's are constants, REFERENCE_ITERATIONS, and an uninterrupted ASHA run checks its own), and once
 with the driver SIGKILLed (or sent SIGINT, Ctrl-C) while one trial is held
 (tests.trainables:held_until_gate) after the scheduler has filled its rungs, then resumed. The
 resumed experiment must end as the reference did: every trial stopped at the same iteration, and
@@ -24,7 +25,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures.paths import ROOT
-from tuner.layout import CALLBACK_STATE_GLOB
+from tuner.layout import CALLBACK_STATE_GLOB, EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
 
 # One xdist worker runs this file, so its module-scoped references (an uninterrupted run of each case) are
 # made once: the hyperband one serves both the SIGKILL and the Ctrl-C case.
@@ -61,6 +62,13 @@ CASES = {
     "bohb": dict(x="{type: uniform, low: 0, high: 1}", samples=8, epochs=4, hold=2,
                  search="search: {algorithm: bohb}\n", scheduler="{type: bohb, max_t: 4, reduction_factor: 2}"),
 }
+
+# ASHA's and the median rule's uninterrupted runs, one trial at a time over the grid in order, stop the same trials at
+# the first rung: 0.9, 0.8 and 0.95 come after 0.5, 0.4 and 0.3 have filled it, and their loss x + 1 is above
+# its cutoff (ASHA: the best half) or the median. The trials run deterministically, so these references are
+# constants (an uninterrupted run gave them); Hyperband's and BOHB's depend on which trials run together.
+REFERENCE_ITERATIONS = {case: [(0.1, 4), (0.2, 4), (0.3, 4), (0.4, 4), (0.5, 4), (0.8, 1), (0.9, 1), (0.95, 1)]
+                        for case in ("asha", "median")}
 
 
 def write_spec(folder: Path, case: str, name: str, gate: Path, hold: int | None = None) -> Path:
@@ -158,7 +166,9 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
     ids in ``<gate>.held``; the experiment state with them RUNNING after the results they reported, and
     no other trial RUNNING; the scheduler's state knowing every trial, the held ones live, the others
     PAUSED or TERMINATED as in the experiment state; then one more save of the scheduler's state, so
-    that both files are of the same quiet moment (they are saved together every 2 s)."""
+    that both files are of the same quiet moment (they are saved together every 2 s), and tuner's snapshots of
+    both hold that save. After the kill, the snapshots are put back in place of any file the kill cut short,
+    as the resume does first."""
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2", "--storage",
                              str(exp.parent)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -175,6 +185,8 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
         settled = set(state["paused"]) | set(state["terminated"])
         if not set(now) <= set(state["trials"]) or settled & set(held) or \
                 not {t for t, s in now.items() if s in ("PAUSED", "TERMINATED")} <= settled:
+            return None
+        if not snapshots_current(exp):
             return None
         newest = sorted(exp.glob(CALLBACK_STATE_GLOB))[-1].stat()
         return newest.st_size, newest.st_mtime_ns
@@ -197,7 +209,25 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
     finally:
         proc.kill()
         proc.communicate()
+    from tuner.failures import restore_state_snapshot
+
+    restore_state_snapshot(exp)  # what a resume does first: a kill during Ray's copy of a state file cuts it short
     return statuses(exp)
+
+
+def snapshots_current(exp: Path) -> bool:
+    """Whether tuner's snapshots (.tuner_state/) of the experiment state and the callbacks' state hold the bytes
+    of the newest files in the experiment folder: then a kill that cuts either file short leaves its snapshot of
+    the same moment, which the resume puts back (tuner.failures.restore_state_snapshot)."""
+    for glob in (EXPERIMENT_STATE_GLOB, CALLBACK_STATE_GLOB):
+        files = sorted(exp.glob(glob))
+        copy = exp / STATE_SNAPSHOT_DIR / files[-1].name if files else None
+        try:
+            if copy is None or copy.read_bytes() != files[-1].read_bytes():
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def run_reference(tmp_path: Path, case: str) -> Path:
@@ -239,7 +269,7 @@ def test_scheduler_state_survives_sigkill_and_resume(ray_local, references, tmp_
     one), resume: every trial stops where the uninterrupted reference stopped it, and the paused trials go
     on in their own bracket. Each trial keeps checkpoint.num_to_keep's default (2): a trial whose saved
     checkpoint Ray deleted before the kill would go on from its newest one (test_resume's errored trial)."""
-    reference = references(case)
+    reference = None if case in REFERENCE_ITERATIONS else references(case)
     gate = tmp_path / "gate"
     exp = tmp_path / "runs" / "killed"
     before = kill_while_held(write_spec(tmp_path, case, "killed", gate), exp, gate, sig)
@@ -251,7 +281,9 @@ def test_scheduler_state_survives_sigkill_and_resume(ray_local, references, tmp_
         assert "TERMINATED" in before.values(), f"the rungs hold finished trials before the kill: {before}"
     gate.touch()
     resume(exp)
-    if case == "bohb":  # BOHB samples its configs afresh: the brackets' stopping pattern is what must match
+    if case in REFERENCE_ITERATIONS:
+        assert final_iterations(exp) == REFERENCE_ITERATIONS[case]
+    elif case == "bohb":  # BOHB samples its configs afresh: the brackets' stopping pattern is what must match
         assert sorted(i for _, i in final_iterations(exp)) == sorted(i for _, i in final_iterations(reference))
     else:
         assert final_iterations(exp) == final_iterations(reference)
@@ -270,6 +302,7 @@ def test_a_resume_without_a_saved_scheduler_state_says_so(ray_local, tmp_path):
     from tuner.engine import prepare_resume, resume_prepared
 
     exp = run_reference(tmp_path, "asha")
+    assert final_iterations(exp) == REFERENCE_ITERATIONS["asha"], "the constant is what an uninterrupted run gives"
     said: list[str] = []
     resume_prepared(prepare_resume(exp), echo=said.append)
     assert not [line for line in said if "scheduler starts afresh" in line], said

@@ -286,3 +286,21 @@ def test_checkpoint_config_of_each_kind_of_trainable():
     config = checkpoint_config(Counter, spec)
     assert (config.num_to_keep, config.checkpoint_frequency, config.checkpoint_at_end) == (2, 3, True)
     assert checkpoint_config(NoCheckpoints, spec).checkpoint_at_end is False, "no save_checkpoint: never"
+
+
+@pytest.mark.parametrize("overrides", [
+    {"search": {"algorithm": "bohb"}, "scheduler": {"type": "bohb"}},
+    {"scheduler": {"type": "pb2", "perturbation_interval": 2, "bounds": {"x": [0.0, 1.0]}}},
+], ids=["bohb", "pb2"])
+def test_bohb_and_pb2_refuse_a_class_trainable_without_checkpoints(tmp_path, make_spec, overrides):
+    """README: "`hyperband`/`bohb` need `save_checkpoint`/`load_checkpoint` (they pause trials), `pbt`/`pb2` too
+    (they clone checkpoints), else refused": before anything starts, naming the field and why."""
+    from tests.trainables import NoCheckpoints
+
+    kind = overrides["scheduler"]["type"]
+    why = "pauses trials and resumes them from a checkpoint" if kind == "bohb" else \
+        "restarts a trial of the bottom quantile from the checkpoint of a top trial"
+    with pytest.raises(SpecError, match=rf"scheduler.type: scheduler {kind} {why}.* but NoCheckpoints does not "
+                                        r"implement save_checkpoint and load_checkpoint"):
+        tune_model(make_spec(TRAINABLES, **overrides), trainable=NoCheckpoints)
+    assert not list(tmp_path.iterdir()), "nothing written"

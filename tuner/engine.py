@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
-from tuner.layout import (BUDGET_SPENT, EVENTS_GLOB, LOG_FILE, REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT, TUNER_FILES,
-                          trial_folder_of)
+from tuner.layout import (BUDGET_SPENT, CORRUPT_SUFFIX, EVENTS_GLOB, LOG_FILE, REPLAY_POLICY, RUN_RECORD,
+                          SPEC_SNAPSHOT, TUNER_FILES, trial_folder_of)
 from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
                          trainable_dirs, trainable_reference)
 
@@ -1210,7 +1210,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
         if session_dir is None:
             _ship_user_packages(prepared)
-        restored_from = None if prepared.remote else restore_state_snapshot(path)
+        restored_from, set_aside = ([], []) if prepared.remote else restore_state_snapshot(path)
         old = prepared.resumed_num_samples or spec.num_samples
         extra = None
         if spec.conditional and spec.search.algorithm in ("grid", "random") and spec.num_samples > old:
@@ -1227,7 +1227,11 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
             echo(f"Resuming experiment {spec.name}: {display(prepared.location)}"
                  + (f" (local mirror: {path})" if prepared.remote else ""))
             if restored_from:
-                echo(f"tuner: the newest experiment state was unreadable; resumed from the snapshot {restored_from}")
+                echo(f"tuner: the newest saved state was unreadable (cut short by a kill); resumed from the "
+                     f"snapshot {', '.join(restored_from)}")
+            if set_aside:
+                echo(f"tuner: note: the saved state {', '.join(set_aside)} was unreadable and has no snapshot; "
+                     f"it is kept aside as {CORRUPT_SUFFIX}, and what it held starts afresh")
             lost = saved_state_note(path, spec.scheduler.type)
             if lost:
                 echo(f"tuner: note: {lost}")

@@ -10,8 +10,9 @@
   experiment, across resumes.
 * :class:`ExperimentLock`: an exclusive ``flock`` on ``<experiment>/.tuner.lock``, so a
   second ``tuner run`` or ``tuner resume`` of the same folder is refused while one runs.
-* :class:`StateSnapshots`, :func:`check_state`, :func:`restore_state_snapshot`: the
-  experiment state survives a driver killed mid-write; a resume never starts over.
+* :class:`StateSnapshots`, :func:`check_state`, :func:`restore_state_snapshot`: Ray Tune's
+  experiment, searcher and scheduler states survive a driver killed mid-write; a resume never
+  starts over.
 * :func:`reopen_searcher`: a resume goes on creating trials, up to a ``num_samples``
   that may have grown.
 * :func:`fall_back_to_existing_checkpoints`, :func:`drop_stale_staging`: a resume restores
@@ -32,8 +33,8 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 from tuner.errors import ExperimentError, ExperimentLocked  # ExperimentLocked: imported from here too
-from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CORRUPT_SUFFIX, EXPERIMENT_STATE_GLOB, LOCK_FILE,
-                          SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
+from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CALLBACK_STATE_GLOB, CORRUPT_SUFFIX,
+                          EXPERIMENT_STATE_GLOB, LOCK_FILE, SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
 from tuner.spec import stop_operator
 from tuner.spec.sections import Objective
 from tuner.state import load_state_file, newest_state_file, parse_result_lines, parse_state, read_state
@@ -301,6 +302,49 @@ class ExperimentLock:
 
 # --------------------------------------------------------------------------- experiment state
 
+def _pickle_whole(data: bytes) -> bool:
+    """Whether pickled bytes load (a file cut short by a kill does not)."""
+    import pickle
+
+    try:
+        pickle.loads(data)
+    except Exception:  # noqa: BLE001 - truncated, or unreadable for any other reason: not whole
+        return False
+    return True
+
+
+def _json_whole(data: bytes) -> bool:
+    return parse_state(data) is not None
+
+
+#: Ray Tune's state files in the experiment folder, each kind as (the glob of its files, whether its bytes are
+#: whole): the experiment state (JSON) and the searcher's and the callbacks' states (pickles, whatever their
+#: suffix; tuner's scheduler state is in the callbacks'). Ray writes each of them whole into its staging folder
+#: but copies them into the experiment folder in place (``pyarrow.fs.copy_files``), so a driver killed during
+#: the copy can leave any of them cut short.
+STATE_KINDS: tuple[tuple[str, Any], ...] = (
+    (EXPERIMENT_STATE_GLOB, _json_whole),
+    (BASIC_VARIANT_STATE.format("*"), _pickle_whole),
+    (SEARCH_GEN_STATE.format("*"), _pickle_whole),
+    (SEARCHER_STATE.format("*"), _pickle_whole),
+    (CALLBACK_STATE_GLOB, _pickle_whole),
+)
+
+
+def _newest(folder: Path, glob: str) -> Path | None:
+    files = sorted(folder.glob(glob))  # the names sort by the session's time
+    return files[-1] if files else None
+
+
+def _whole(file: Path | None, whole: Any) -> bool:
+    if file is None:
+        return False
+    try:
+        return bool(whole(file.read_bytes()))
+    except OSError:
+        return False
+
+
 def _readable(file: Path) -> bool:
     return load_state_file(file) is not None
 
@@ -313,20 +357,22 @@ def _monotonic() -> float:
 
 
 class StateSnapshots(Callback):
-    """Keep the last readable copy of Ray Tune's experiment state, written atomically.
+    """Keep the last whole copy of each of Ray Tune's state files, written atomically.
 
-    Ray writes ``experiment_state-*.json`` in place (open, dump) and copies it into the
-    experiment folder, so a driver killed at the wrong moment can leave it truncated.
-    This callback copies the newest state file, when it parses, to
-    ``<experiment>/.tuner_state/`` by write-then-rename; a resume falls back to that copy
-    (:func:`restore_state_snapshot`) instead of starting over.
+    Ray copies its experiment state (``experiment_state-*.json``), its searcher's state and its
+    callbacks' state (tuner's scheduler state among them) into the experiment folder in place
+    (:data:`STATE_KINDS`), so a driver killed at the wrong moment can leave any of them
+    truncated. This callback copies the newest file of each kind, when it is whole (it parses,
+    or unpickles), to ``<experiment>/.tuner_state/`` by write-then-rename; a resume falls back
+    to those copies (:func:`restore_state_snapshot`) instead of starting over or failing.
 
-    The file holds every trial (about 10 kB each under Ray 2.60), so reading, parsing and
-    copying it costs time in proportion to the trials: a copy is taken only when the file
-    changed since the last one (its name, size or modification time), and at most every
-    ``max(period_s, 19 x the seconds the last copy took)``, Ray's own rule for how often it
-    saves the state (``TUNE_GLOBAL_CHECKPOINT_S=auto``: about 5 % of the driver's time).
-    The file is read once, and the bytes that parsed are the bytes copied.
+    The experiment state holds every trial (about 10 kB each under Ray 2.60), so reading,
+    checking and copying the files costs time in proportion to the trials: a file is copied
+    only when it changed since its last copy (its name, size or modification time), and the
+    files are looked at at most every ``max(period_s, 19 x the seconds the last look took)``,
+    Ray's own rule for how often it saves them (``TUNE_GLOBAL_CHECKPOINT_S=auto``: about 5 % of
+    the driver's time). Each file is read once, and the bytes that were whole are the bytes
+    copied.
 
     Args:
         experiment_path: The experiment folder.
@@ -338,29 +384,33 @@ class StateSnapshots(Callback):
         self.period_s = period_s
         self._last = 0.0
         self._wait_s = period_s
-        self._copied: tuple | None = None  # (name, size, mtime_ns) of the state file last copied
+        self._copied: dict[str, tuple] = {}  # glob -> (name, size, mtime_ns) of the file last copied
 
     def _snapshot(self) -> None:
-        newest = newest_state_file(self.path)
+        for glob, whole in STATE_KINDS:
+            self._snapshot_one(glob, whole)
+
+    def _snapshot_one(self, glob: str, whole: Any) -> None:
+        newest = _newest(self.path, glob)
         if newest is None:
             return
         try:
             st = newest.stat()  # before the read: a file rewritten in between is copied again next time
             key = (newest.name, st.st_size, st.st_mtime_ns)
-            if key == self._copied:
+            if key == self._copied.get(glob):
                 return
             data = newest.read_bytes()
         except OSError:
             return
-        if parse_state(data) is None:
+        if not whole(data):
             return
         from tuner.results import atomic_write
 
         folder = self.path / STATE_SNAPSHOT_DIR
         folder.mkdir(exist_ok=True)
         atomic_write(folder / newest.name, data)
-        self._copied = key
-        for old in folder.glob(EXPERIMENT_STATE_GLOB):
+        self._copied[glob] = key
+        for old in folder.glob(glob):
             if old.name != newest.name:
                 old.unlink(missing_ok=True)
 
@@ -380,7 +430,7 @@ class StateSnapshots(Callback):
     def __setstate__(self, state: dict) -> None:
         # Also a snapshotter pickled by an earlier tuner (in tuner.pkl), which kept "_last" too.
         self.path, self.period_s = Path(state["path"]), state["period_s"]
-        self._last, self._wait_s, self._copied = 0.0, self.period_s, None
+        self._last, self._wait_s, self._copied = 0.0, self.period_s, {}
 
 
 def check_state(experiment_path: str | os.PathLike) -> None:
@@ -401,27 +451,39 @@ def check_state(experiment_path: str | os.PathLike) -> None:
                               "results, and start a new experiment with `tuner run --name NEW`.", str(path))
 
 
-def restore_state_snapshot(experiment_path: str | os.PathLike) -> str | None:
-    """Put the last good state snapshot in place when the newest state file is unreadable.
+def restore_state_snapshot(experiment_path: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Put the last whole snapshot in place of each of Ray Tune's state files that is cut short.
 
-    The unreadable file is renamed ``*.corrupt`` (kept for inspection).
+    For each kind of :data:`STATE_KINDS` whose newest file in the experiment folder is not
+    whole, that file is renamed ``*.corrupt`` (kept for inspection) and its snapshot, when one
+    is whole, is copied in its place (write, then rename). A searcher or callback state with no
+    snapshot is only set aside: Ray then restores that searcher or scheduler from an older file
+    of its kind, or starts it afresh. (An experiment state with no snapshot is refused earlier,
+    by :func:`check_state`.)
 
     Returns:
-        The snapshot's file name when it was restored, else None.
+        The names of the files restored from their snapshots, and of those set aside with none.
     """
-    path = Path(experiment_path)
-    newest = newest_state_file(path)
-    snapshot = newest_state_file(path / STATE_SNAPSHOT_DIR)
-    if newest is not None and _readable(newest):
-        return None
-    if snapshot is None or not _readable(snapshot):
-        return None
-    if newest is not None:
-        os.replace(newest, newest.with_name(newest.name + CORRUPT_SUFFIX))
     from tuner.results import atomic_write
 
-    atomic_write(path / snapshot.name, snapshot.read_bytes())
-    return snapshot.name
+    path = Path(experiment_path)
+    restored: list[str] = []
+    set_aside: list[str] = []
+    for glob, whole in STATE_KINDS:
+        newest = _newest(path, glob)
+        if newest is not None and _whole(newest, whole):
+            continue
+        snapshot = _newest(path / STATE_SNAPSHOT_DIR, glob)
+        if snapshot is None or not _whole(snapshot, whole):
+            if newest is not None and glob != EXPERIMENT_STATE_GLOB:
+                os.replace(newest, newest.with_name(newest.name + CORRUPT_SUFFIX))
+                set_aside.append(newest.name)
+            continue
+        if newest is not None:
+            os.replace(newest, newest.with_name(newest.name + CORRUPT_SUFFIX))
+        atomic_write(path / snapshot.name, snapshot.read_bytes())
+        restored.append(snapshot.name)
+    return restored, set_aside
 
 
 def fall_back_to_existing_checkpoints(experiment_path: str | os.PathLike,
