@@ -61,7 +61,7 @@ TRIAL_CHECKPOINTS = f"- checkpoints ({layout.CHECKPOINT_PREFIX}*)"
 TRIAL_OTHER = f"- config ({layout.PARAMS_FILE} and its pickle) and other"
 RAY_STATE = f"Ray's experiment state ({layout.EXPERIMENT_STATE_GLOB})"
 RAY_SEARCH = "Ray's searcher and callback states"
-TUNER_SNAPSHOT = f"tuner's copy of the experiment state ({layout.STATE_SNAPSHOT_DIR}/)"
+TUNER_SNAPSHOT = f"tuner's copies of Ray's states ({layout.STATE_SNAPSHOT_DIR}/)"
 TUNER_RECORDS = "tuner's records (results.csv, summary.json, spec, run record, log, HParams summary, lock)"
 OTHER = "other"
 PARTS = (TRIALS, TRIAL_RESULTS, TRIAL_EVENTS, TRIAL_CHECKPOINTS, TRIAL_OTHER, RAY_STATE, RAY_SEARCH,
@@ -305,7 +305,8 @@ WHY = {
     "rss": "{rss_kib:.0f} KiB more a trial (Ray alone: {b_rss_kib:.0f}) on a fixed Python + Ray footprint: the "
            "driver keeps every Trial object, with its last result and metric analysis, to the end.",
     "folder": "one trial folder a trial ({per_trial_kib:.1f} KiB of files at {n2:,}) plus Ray's experiment state "
-              "({state_kib:.1f} KiB a trial) and tuner's copy of it in `.tuner_state/` (as much again).",
+              "({state_kib:.1f} KiB a trial) and tuner's copies of Ray's states in `.tuner_state/` (about as much "
+              "again).",
     "files": "{files_per_trial:.0f} files a trial folder; the experiment's own files are a fixed few.",
     "state": "every trial's serialized Trial (config, last result, metric analysis, pickled storage and "
              "checkpoint manager), {state_kib:.1f} KiB a trial ({b_state_kib:.1f} for Ray alone).",

@@ -306,8 +306,8 @@ def test_a_resume_without_a_saved_scheduler_state_says_so(ray_local, tmp_path):
     said: list[str] = []
     resume_prepared(prepare_resume(exp), echo=said.append)
     assert not [line for line in said if "scheduler starts afresh" in line], said
-    for file in exp.glob(CALLBACK_STATE_GLOB):
-        file.unlink()
+    for file in [*exp.glob(CALLBACK_STATE_GLOB), *(exp / STATE_SNAPSHOT_DIR).glob(CALLBACK_STATE_GLOB)]:
+        file.unlink()  # an older tuner kept neither the state nor a snapshot of it
     said.clear()
     resume_prepared(prepare_resume(exp), echo=said.append)
     assert [line for line in said if line.startswith("tuner: note: ") and "asha scheduler" in line

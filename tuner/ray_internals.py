@@ -1295,10 +1295,16 @@ GCS_CONNECT_TRIES_ENV = "RAY_gcs_server_port_wait_time_s"
 
 
 #: ``ray.init(_system_config=...)`` for the local Ray tuner starts (Ray 2.60's raylet config keys):
-#: no default workers prestarted for the first driver. Tuner's trials run with a runtime_env
-#: (the spec's PYTHONPATH), so Ray starts workers of their own for them and never used the
-#: two prestarted ones: each cost about 0.35 CPU-s and 80 MB per run.
-LOCAL_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+#:
+#: * no default workers prestarted for the first driver. Tuner's trials run with a runtime_env
+#:   (the spec's PYTHONPATH), so Ray starts workers of their own for them and never used the
+#:   two prestarted ones: each cost about 0.35 CPU-s and 80 MB per run;
+#: * no metrics collection (each process logs "Disabled stats."). The local Ray has no
+#:   dashboard to show Ray's metrics, and a worker's OpenTelemetry metric reader thread
+#:   crashed it once in the suite (SIGSEGV in ``TemporalMetricStorage::buildMetrics`` while the
+#:   actor was created: the trial errored). A Ray of your own (``ray start``, ``--address``)
+#:   keeps its metrics.
+LOCAL_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_metrics_collection": False}
 
 
 def local_ray_options(address: str | None) -> dict[str, Any]:
