@@ -37,7 +37,7 @@ from tuner.layout import (BASIC_VARIANT_STATE, BUDGET_SPENT, CALLBACK_STATE_GLOB
                           EXPERIMENT_STATE_GLOB, LOCK_FILE, SEARCH_GEN_STATE, SEARCHER_STATE, STATE_SNAPSHOT_DIR)
 from tuner.spec import stop_operator
 from tuner.spec.sections import Objective
-from tuner.state import load_state_file, newest_state_file, parse_result_lines, parse_state, read_state
+from tuner.state import newest_state_file, parse_result_lines, parse_state, read_state
 
 _COMPARE = {">=": operator.ge, "<=": operator.le}  # stop_operator's answers
 
@@ -331,11 +331,6 @@ STATE_KINDS: tuple[tuple[str, Any], ...] = (
 )
 
 
-def _newest(folder: Path, glob: str) -> Path | None:
-    files = sorted(folder.glob(glob))  # the names sort by the session's time
-    return files[-1] if files else None
-
-
 def _whole(file: Path | None, whole: Any) -> bool:
     if file is None:
         return False
@@ -343,10 +338,6 @@ def _whole(file: Path | None, whole: Any) -> bool:
         return bool(whole(file.read_bytes()))
     except OSError:
         return False
-
-
-def _readable(file: Path) -> bool:
-    return load_state_file(file) is not None
 
 
 def _monotonic() -> float:
@@ -391,7 +382,7 @@ class StateSnapshots(Callback):
             self._snapshot_one(glob, whole)
 
     def _snapshot_one(self, glob: str, whole: Any) -> None:
-        newest = _newest(self.path, glob)
+        newest = newest_state_file(self.path, glob)
         if newest is None:
             return
         try:
@@ -445,7 +436,7 @@ def check_state(experiment_path: str | os.PathLike) -> None:
     if newest is None and snapshot is None:
         raise ExperimentError(f"no experiment state ({EXPERIMENT_STATE_GLOB}) in {path}: the run stopped before "
                               "Ray Tune saved any; start it again with `tuner run`.", str(path))
-    if newest is not None and not _readable(newest) and (snapshot is None or not _readable(snapshot)):
+    if newest is not None and not _whole(newest, _json_whole) and not _whole(snapshot, _json_whole):
         raise ExperimentError(f"the experiment state {newest.name} is truncated or unreadable and no "
                               "earlier snapshot exists, so resuming would start over; refusing. Keep the "
                               "results, and start a new experiment with `tuner run --name NEW`.", str(path))
@@ -470,10 +461,10 @@ def restore_state_snapshot(experiment_path: str | os.PathLike) -> tuple[list[str
     restored: list[str] = []
     set_aside: list[str] = []
     for glob, whole in STATE_KINDS:
-        newest = _newest(path, glob)
+        newest = newest_state_file(path, glob)
         if newest is not None and _whole(newest, whole):
             continue
-        snapshot = _newest(path / STATE_SNAPSHOT_DIR, glob)
+        snapshot = newest_state_file(path / STATE_SNAPSHOT_DIR, glob)
         if snapshot is None or not _whole(snapshot, whole):
             if newest is not None and glob != EXPERIMENT_STATE_GLOB:
                 os.replace(newest, newest.with_name(newest.name + CORRUPT_SUFFIX))

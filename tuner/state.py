@@ -27,14 +27,15 @@ __all__ = ["ExperimentState", "state_files", "newest_state_file", "parse_state",
            "parse_result_lines"]
 
 
-def state_files(folder: str | os.PathLike) -> list[Path]:
-    """The experiment state files in a folder, oldest first (the names sort by time)."""
-    return sorted(Path(folder).glob(EXPERIMENT_STATE_GLOB))
+def state_files(folder: str | os.PathLike, glob: str = EXPERIMENT_STATE_GLOB) -> list[Path]:
+    """The experiment state files in a folder (or Ray Tune's state files of another ``glob``), oldest first (the
+    names sort by time)."""
+    return sorted(Path(folder).glob(glob))
 
 
-def newest_state_file(folder: str | os.PathLike) -> Path | None:
-    """The newest experiment state file in a folder (readable or not), or None."""
-    files = state_files(folder)
+def newest_state_file(folder: str | os.PathLike, glob: str = EXPERIMENT_STATE_GLOB) -> Path | None:
+    """The newest experiment state file in a folder (or state file of another ``glob``; readable or not), or None."""
+    files = state_files(folder, glob)
     return files[-1] if files else None
 
 
