@@ -14,6 +14,7 @@ without Ray); each entry imports what it needs when called.
 from __future__ import annotations
 
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
@@ -1184,7 +1185,17 @@ class WandbLoggerHooks:
     ``WANDB_API_KEY`` in its ``runtime_env``. Here the subclass
     (:class:`tuner.reporting.WandbCallback`) first adds to the ``wandb.init`` kwargs
     (``init_kwargs(trial, kwargs)``), and the class is built as Ray's own but with the
-    subclass's ``actor_env()``.
+    subclass's ``actor_env()``, and with no restarts: Ray's ``max_restarts=-1`` made Ray's core
+    log an error into the console for each trial (its constructor arguments are in the object
+    store, so a restart could fail: ray-project/ray#53727; the argument is the trial's queue).
+    The cost: a logging actor whose process dies is not restarted, so W&B misses the rest of
+    that trial's results; the experiment's own files still hold them.
+
+    The actor also waits for W&B's service process to write everything out
+    (``wandb.teardown()``) before its ``run`` returns. ``wandb.finish()`` returns before
+    that service has closed the run's file, and Ray kills each finished actor (at the
+    trial's end or at the experiment's end), which took the service down with it: under
+    load, an offline ``run-*.wandb`` kept only its 7-byte header.
     """
 
     def _start_logging_actor(self, trial, exclude_results, **wandb_init_kwargs):
@@ -1193,11 +1204,33 @@ class WandbLoggerHooks:
             import ray
             from ray.air.util.node import _force_on_current_node
 
-            # As Ray's own, but with that env.
+            # As Ray's own, but with that env and no restarts.
             self._remote_logger_class = ray.remote(
                 num_cpus=0, **_force_on_current_node(), runtime_env={"env_vars": self.actor_env()},
-                max_restarts=-1, max_task_retries=-1)(self._logger_actor_cls)
+                max_restarts=0)(_flushing_logger_actor(self._logger_actor_cls))
         return super()._start_logging_actor(trial, exclude_results, **wandb_init_kwargs)
+
+    def __del__(self):
+        # Ray's ``__del__`` stops leftover actors, and at interpreter exit it raised into the console
+        # (``ray`` is already None there: "Exception ignored in ... __del__"). The actors are gone by
+        # then: ``on_experiment_end`` waits for each, and Ray's shutdown ends them all.
+        if not sys.is_finalizing():
+            super().__del__()
+
+
+def _flushing_logger_actor(base: type) -> type:
+    """Ray's W&B logging actor class whose ``run`` returns only once W&B has written everything."""
+
+    class FlushingWandbLoggingActor(base):
+        def run(self):
+            try:
+                super().run()
+            finally:
+                import wandb
+
+                wandb.teardown()
+
+    return FlushingWandbLoggingActor
 
 
 class StagedResultFileHooks:
