@@ -490,6 +490,30 @@ def test_importances_count_trials_stopped_early_as_pruned(tmp_path, monkeypatch)
     assert facts["importances"]["x"] > facts["importances"]["y"]
 
 
+def test_importances_fall_back_to_the_last_iteration_every_trial_reached(tmp_path):
+    """README: with fewer than 2 trials that ran to the end, the importances are taken "at the last iteration
+    all trials reached": here one trial ran to iteration 4, six were stopped at iteration 2 (and one errored
+    at iteration 1, left out). At iteration 2 the loss is set by y alone; at the end by x alone."""
+    from tuner.report.analysis import importance_facts
+
+    trials = [{"trial_id": "t_00000", "status": "TERMINATED", "iterations": 4, "stopped_early": False,
+               "config/x": 0.5, "config/y": 0.5, "last_loss": 0.5}]
+    history = [{"trial_id": "t_00000", "training_iteration": it, "loss": 5.0} for it in range(1, 5)]
+    xs, ys = [0.1, 0.9, 0.3, 0.7, 0.4, 0.6], [0.8, 0.2, 0.6, 0.1, 0.95, 0.35]
+    for i, (x, y) in enumerate(zip(xs, ys), start=1):
+        trials.append({"trial_id": f"t_{i:05d}", "status": "TERMINATED", "iterations": 2, "stopped_early": True,
+                       "config/x": x, "config/y": y, "last_loss": 10 * y})
+        history += [{"trial_id": f"t_{i:05d}", "training_iteration": 1, "loss": x},
+                    {"trial_id": f"t_{i:05d}", "training_iteration": 2, "loss": 10 * y}]
+    trials.append({"trial_id": "t_00007", "status": "ERROR", "iterations": 1, "stopped_early": False,
+                   "config/x": 0.2, "config/y": 0.3, "last_loss": 7.0})
+    history.append({"trial_id": "t_00007", "training_iteration": 1, "loss": 7.0})
+    facts = importance_facts(_hand_made_experiment(tmp_path, trials, history))
+    assert facts["trials"] == 7
+    assert "at iteration 2, the last one every trial that reported reached" in facts["note"], facts["note"]
+    assert facts["importances"]["y"] > facts["importances"]["x"]
+
+
 def test_tensorboard_hparams_domain_is_written_only_when_the_experiment_ends(ray_local, tmp_path):
     """README: the HParams dashboard shows "each parameter's whole domain from the spec (written when the
     experiment ends; before that TensorBoard infers it from the trials)": while trials run, neither the
