@@ -110,3 +110,41 @@ def test_fail_fast_stops_the_other_trials_at_the_first_error(ray_local, make_spe
     assert df.loc[1, "status"] == "ERROR" and result.num_errors == 1
     assert df["training_iteration"].fillna(0).iloc[0] < 50, "the running trial was stopped"
     assert df["training_iteration"].iloc[2:].isna().all(), "the waiting trials never ran"
+
+
+def test_the_releaser_removes_placement_groups_whose_creator_actor_died(ray_local, tmp_path):
+    """A placement group an actor made outlives it (its lifetime is the job's): as a DDP trial's worker group
+    that Ray Train's controller restarted after the releaser had removed the recorded one, while the trial
+    was being stopped (under load the next DDP trial then waited for its CPUs for good). The releaser's sweep
+    removes it; a group the driver made (Tune's own) and one whose creator lives stay."""
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    from tuner.failures import PlacementGroupReleaser
+    from tuner.ray_internals import orphaned_placement_groups
+
+    @ray.remote(num_cpus=0)
+    class Controller:
+        def start_group(self):
+            self.pg = placement_group([{"CPU": 0.1}, {"CPU": 0.1}])
+            ray.get(self.pg.ready())
+            return self.pg.id.hex()
+
+    drivers = placement_group([{"CPU": 0.1}])
+    ray.get(drivers.ready())
+    dead, alive = Controller.remote(), Controller.remote()
+    orphan, kept = ray.get([dead.start_group.remote(), alive.start_group.remote()])
+    ray.kill(dead)
+    # The gate: the GCS marks the group's creator dead once it knows the actor died.
+    while orphan not in orphaned_placement_groups():
+        time.sleep(0.1)
+    assert orphaned_placement_groups() == [orphan]
+    PlacementGroupReleaser(tmp_path).on_step_end(0, [])
+    states = {pg: placement_group_table().get(pg, {}).get("state") for pg in (orphan, kept, drivers.id.hex())}
+    assert states == {orphan: "REMOVED", kept: "CREATED", drivers.id.hex(): "CREATED"}
+    ray.kill(alive)  # then its group goes too, at a later sweep
+    while kept not in orphaned_placement_groups():
+        time.sleep(0.1)
+    PlacementGroupReleaser(tmp_path).on_step_end(0, [])
+    assert placement_group_table()[kept]["state"] == "REMOVED"
+    remove_placement_group(drivers)

@@ -235,6 +235,11 @@ def _trial_ids_carry_the_creation_index(cls) -> None:
     assert _ri("trial_creation_index")(Trial.generate_id()) is None
 
 
+def _has_all(names: set[str], *wanted: str) -> None:
+    missing = [n for n in wanted if n not in names]
+    assert not missing, f"no field {missing}"
+
+
 def _placement_group_round_trip(pg_id_cls) -> None:
     pg_id = pg_id_cls.from_random().hex()
     assert _ri("placement_group")(pg_id).id.hex() == pg_id
@@ -314,6 +319,14 @@ INTERNALS = [
              via="placement_group"),
     Internal("ray.util.placement_group.PlacementGroup", "tuner/trainable.py: release_placement_groups",
              params("id"), via="placement_group"),
+    Internal("ray._private.state.state", "tuner/failures.py: PlacementGroupReleaser (the sweep)",
+             _called(lambda st: type(st)._connect_and_get_accessor, params("self")), via="orphaned_placement_groups"),
+    Internal("ray.core.generated.gcs_pb2.PlacementGroupTableData", "tuner/failures.py: PlacementGroupReleaser",
+             all_of(_called(lambda cls: {f.name for f in cls.DESCRIPTOR.fields},
+                            lambda names: _has_all(names, "placement_group_id", "state", "creator_job_id",
+                                                   "creator_actor_id", "creator_actor_dead", "is_detached")),
+                    attrs("PENDING", "PREPARED", "CREATED", "RESCHEDULING", "FromString")),
+             via="orphaned_placement_groups"),
     # a DDP trial's leaner Ray Train launch (what each leaves out: test_lean_trainer_leaves_out_only_what_it_names)
     Internal("ray.train.v2.api.data_parallel_trainer.DataParallelTrainer._create_default_callbacks",
              "tuner/trainable.py: _train_launcher (the controller callbacks)",
@@ -642,6 +655,10 @@ INTERNALS = [
     Internal("ray.air.integrations.wandb.WandbLoggerCallback", "tuner/reporting.py: WandbCallback",
              all_of(attrs("_logger_actor_cls"), _mixin_fits("WandbLoggerHooks", *ROUTED["WandbLoggerHooks"][1]),
                     _called(_wandb_callback, attrs("_remote_logger_class", "kwargs"))), via="WandbLoggerHooks"),
+    Internal("ray.air.integrations.wandb._WandbLoggingActor", "tuner/reporting.py: WandbCallback",
+             all_of(_called(lambda cls: cls.__init__, source_has("self._wandb = wandb")),
+                    _called(lambda cls: cls.run, source_has("self._wandb.finish()"))),
+             via="WandbLoggerHooks"),
     Internal("ray.air.util.node._force_on_current_node", "tuner/reporting.py: WandbCallback",
              # Called with nothing it returns the options dict tuner unpacks (calling it here would start a Ray).
              all_of(params("remote_func_or_actor_class"),

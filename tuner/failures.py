@@ -228,12 +228,40 @@ class PlacementGroupReleaser(Callback):
     trial is PAUSED (Hyperband, PBT/PB2: the driver actor is stopped, and the restarted
     trial's new worker group would otherwise wait for the CPUs the old group still holds).
 
+    That record can miss a group: removing it makes Ray Train's controller, while it still
+    lives, restart the worker group in a new placement group (the trial's ``max_failures``
+    allow it), and that controller then dies with the trial's actor before rank 0 records
+    anything. Under load that group kept the CPUs and the next DDP trial waited for them for
+    good. So every ``SWEEP_S`` seconds this callback also removes each placement group of the
+    run whose creator actor is dead (:func:`tuner.ray_internals.orphaned_placement_groups`):
+    a live trial's groups have a live controller, and Tune's own groups are the driver's.
+
     Args:
         experiment_path: The experiment folder, or its cloud URI.
     """
 
+    #: Seconds between two sweeps for placement groups whose creator actor is dead.
+    SWEEP_S = 2.0
+
     def __init__(self, experiment_path: str | os.PathLike):
         self.path = os.fspath(experiment_path)
+
+    def _sweep(self) -> None:
+        import time
+
+        from ray.util.placement_group import remove_placement_group
+
+        from tuner.ray_internals import orphaned_placement_groups, placement_group
+
+        now = time.monotonic()
+        if 0 <= now - getattr(self, "_swept", float("-inf")) < self.SWEEP_S:  # (a resumed run has another clock)
+            return
+        self._swept = now
+        for pg_id in orphaned_placement_groups():
+            try:
+                remove_placement_group(placement_group(pg_id))
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
     def _release(self, trial) -> None:
         from tuner.ray_internals import trial_dir_name
@@ -246,6 +274,7 @@ class PlacementGroupReleaser(Callback):
         self._release(trial)
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        self._sweep()
         paused = getattr(self, "_paused", None)
         if paused is None:
             paused = self._paused = set[str]()

@@ -25,7 +25,7 @@ __all__ = [
     # the trial's process
     "tune_session", "guard_session_report", "report_train_checkpoints", "trial_id_in_config", "in_tune_session",
     "trainable_config", "trial_creation_index", "TRAIN_CHECKPOINT_DIR",
-    "placement_group", "train_reports_pending", "lean_torch_trainer", "lean_train_env",
+    "placement_group", "orphaned_placement_groups", "train_reports_pending", "lean_torch_trainer", "lean_train_env",
     "TRAIN_HEALTH_CHECK_INTERVAL_ENV",
     "TRAIN_PREEMPTION_WATCHER_ENV",
     # Ray Tune's trials, experiment state and results
@@ -211,6 +211,40 @@ def placement_group(pg_id: str) -> Any:
     from ray.util.placement_group import PlacementGroup
 
     return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+
+
+def orphaned_placement_groups() -> list[str]:
+    """The hex ids of this job's placement groups that outlived the actor that made them.
+
+    A placement group an actor makes (Ray Train V2's controller makes one for each worker
+    group it starts) is not removed when that actor dies: its lifetime is the job's. Ray
+    Train's own ``PlacementGroupCleaner`` watches the controller through the State API
+    (which needs the dashboard); here the GCS's own table says it: Ray 2.60 keeps
+    ``creator_actor_id`` and ``creator_actor_dead`` in each ``PlacementGroupTableData``
+    (``ray._private.state.state``'s accessor, ``get_placement_group_table()``), which
+    ``ray.util.placement_group_table`` leaves out. A group the driver made has no creator
+    actor (a nil id, marked dead) and is never listed; nor is a detached one, nor another
+    job's.
+
+    Returns:
+        The ids of the pending, prepared, created or rescheduling groups whose creator actor
+        is dead.
+    """
+    import ray
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+
+    table_data: Any = gcs_pb2.PlacementGroupTableData  # type: ignore[attr-defined]  # generated protobuf
+    live = {table_data.PENDING, table_data.PREPARED, table_data.CREATED, table_data.RESCHEDULING}
+    job = bytes.fromhex(ray.get_runtime_context().get_job_id())
+    out = []
+    for raw in state._connect_and_get_accessor().get_placement_group_table():
+        pg = table_data.FromString(raw)
+        nil_creator = not pg.creator_actor_id or set(pg.creator_actor_id) == {0xFF}
+        if (pg.state in live and pg.creator_actor_dead and not nil_creator and not pg.is_detached
+                and pg.creator_job_id == job):
+            out.append(pg.placement_group_id.hex())
+    return out
 
 
 def train_reports_pending() -> int:
@@ -1226,9 +1260,7 @@ def _flushing_logger_actor(base: type) -> type:
             try:
                 super().run()
             finally:
-                import wandb
-
-                wandb.teardown()
+                self._wandb.teardown()  # Ray's actor holds the wandb module (tuner declares no wandb)
 
     return FlushingWandbLoggingActor
 
