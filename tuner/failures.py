@@ -249,19 +249,14 @@ class PlacementGroupReleaser(Callback):
     def _sweep(self) -> None:
         import time
 
-        from ray.util.placement_group import remove_placement_group
-
-        from tuner.ray_internals import orphaned_placement_groups, placement_group
+        from tuner.ray_internals import orphaned_placement_groups
+        from tuner.trainable import remove_placement_groups
 
         now = time.monotonic()
         if 0 <= now - getattr(self, "_swept", float("-inf")) < self.SWEEP_S:  # (a resumed run has another clock)
             return
         self._swept = now
-        for pg_id in orphaned_placement_groups():
-            try:
-                remove_placement_group(placement_group(pg_id))
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        remove_placement_groups(orphaned_placement_groups())
 
     def _release(self, trial) -> None:
         from tuner.ray_internals import trial_dir_name

@@ -294,12 +294,26 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
     return fn(config)
 
 
-def release_placement_groups(trial_dir: str | os.PathLike) -> int:
-    """Remove the placement groups a DDP trial recorded; returns how many were removed."""
-    import ray
+def remove_placement_groups(ids: list[str]) -> int:
+    """Remove the placement groups of these hex ids; returns how many were removed (not already gone)."""
     from ray.util.placement_group import remove_placement_group
 
     from tuner.ray_internals import placement_group
+
+    removed = 0
+    for pg_id in ids:
+        try:
+            remove_placement_group(placement_group(pg_id))
+            removed += 1
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    return removed
+
+
+def release_placement_groups(trial_dir: str | os.PathLike) -> int:
+    """Remove the placement groups a DDP trial recorded; returns how many were removed."""
+    import ray
+
     from tuner.storage import join, read_text
 
     text = read_text(join(os.fspath(trial_dir), PLACEMENT_GROUP_FILE))
@@ -307,15 +321,8 @@ def release_placement_groups(trial_dir: str | os.PathLike) -> int:
         return 0
     ids = [line.strip() for line in text.splitlines() if line.strip()]
     table = ray.util.placement_group_table()
-    removed = 0
-    for pg_id in ids:
-        if table.get(pg_id, {}).get("state") in ("CREATED", "PENDING", "RESCHEDULING"):
-            try:
-                remove_placement_group(placement_group(pg_id))
-                removed += 1
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-    return removed
+    return remove_placement_groups([pg_id for pg_id in ids
+                                    if table.get(pg_id, {}).get("state") in ("CREATED", "PENDING", "RESCHEDULING")])
 
 
 def _ddp_trial(fn: Callable, spec: Spec, experiment_path: str, fixed_seed: int | None, config: dict, *,
