@@ -153,9 +153,27 @@ def test_xdist_keeps_a_group_on_one_worker(request):
     """Under `--dist loadgroup` (pyproject's addopts) a module marked xdist_group runs on one worker, so its
     module-scoped runs are made once: pytest-xdist does it by adding ``@<group>`` to each node id, which
     pytest 9.2.0's node ids no longer take (the suite then took 38 minutes instead of 21)."""
-    if not request.config.getvalue("loadgroup"):
+    if not getattr(request.config.option, "loadgroup", False):  # set in pytest-xdist's workers only
         pytest.skip("not run under pytest-xdist's --dist loadgroup")
     assert request.node.nodeid.endswith("@test_dependencies"), request.node.nodeid
+
+
+@pytest.mark.slow  # a trivial one: as a slow test, it runs in one of the two lanes
+def test_the_slow_tests_run_in_two_lanes_and_a_lanes_module_stays_whole(request):
+    """Under `--dist loadgroup`, tests/conftest.py puts each slow test in one of two xdist groups (two at once
+    at most, beside the short tests), and each module of ``WHOLE_MODULES_IN_A_LANE`` whole in one lane, so that
+    its module-scoped fixture is built once. The groups must be set before pytest-xdist reads them into the node
+    ids (the hook runs first); set after, no test had a lane and three slow tests ran at once again."""
+    from tests.conftest import SLOW_LANES, WHOLE_MODULES_IN_A_LANE
+
+    if not getattr(request.config.option, "loadgroup", False):  # set in pytest-xdist's workers only
+        pytest.skip("not run under pytest-xdist's --dist loadgroup")
+    assert request.node.nodeid.rsplit("@", 1)[-1] in SLOW_LANES, request.node.nodeid
+    lanes: dict[str, set[str]] = {}
+    for item in request.session.items:
+        if item.path.name in WHOLE_MODULES_IN_A_LANE:
+            lanes.setdefault(item.path.name, set()).add(item.nodeid.rsplit("@", 1)[-1])
+    assert all(len(names) == 1 and names <= set(SLOW_LANES) for names in lanes.values()), lanes
 
 
 def test_ci_runs_the_readmes_install_and_test_commands():
