@@ -9,6 +9,7 @@ import yaml
 
 from tuner import tune_model
 from tuner.spec import SpecError, load_spec
+from tuner.engine import artifact_sync_config
 from tuner.trainable import kept_checkpoints
 
 SPACE = {
@@ -324,3 +325,12 @@ def test_callback_usage_tag_counts_like_ray_without_importing_wandb_or_mlflow():
     got = json.loads(out.strip().splitlines()[-1])
     assert got["imported"] is False
     assert got["lean"] == got["ray"] == {"CSVLoggerCallback": 1, "CustomCallback": 2, "CustomLoggerCallback": 1}
+
+
+def test_a_trials_output_is_copied_at_most_every_five_minutes_and_not_on_each_checkpoint():
+    """README: Ray copies a trial's working folder (its stdout and stderr) into the trial's folder
+    with its first result, "at most every 5 minutes after", and when a function trainable ends.
+    The 5 minutes are Ray's default sync_period, which tuner keeps: this fails if Ray changes it."""
+    sync = artifact_sync_config()
+    assert sync.sync_artifacts and not sync.sync_artifacts_on_checkpoint
+    assert sync.sync_period == 300

@@ -6,6 +6,7 @@ tests.trainables:pbt_member, synchronous, 6 iterations, a perturbation every 2) 
 import base64
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import matplotlib.colors as mcolors
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from tuner.params import flatten
+from tuner.state import newest_state_file
 from tuner.layout import (BEST_SCHEDULE, PBT_GLOBAL, PROGRESS_FILE, REPLAY_POLICY, RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT,
                           SUMMARY)
 
@@ -277,6 +279,36 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli, on_sessi
         assert {int(r["seed_seen"]) for r in csv.DictReader(f)} == {seeds[trial_id]}
     with open(replay / RESULTS_CSV, newline="") as f:
         assert [int(r["trial_seed"]) for r in csv.DictReader(f)] == [seeds[trial_id]]
+
+    # `tuner resume` of the finished replay reruns nothing, and keeps what says it is a replay
+    header = (replay / SPEC_SNAPSHOT).read_text().split("\nname:")[0]
+    progress = (folders[0] / PROGRESS_FILE).read_text()
+    resumed = run_cli("resume", replay, env=on_session_ray)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (replay / SPEC_SNAPSHOT).read_text().startswith(header + "\nname:"), "the replay's comment is kept"
+    assert json.loads((replay / RUN_RECORD).read_text())["replay"] == record
+    assert (folders[0] / PROGRESS_FILE).read_text() == progress, "nothing reran"
+    # A replay whose trial did not finish is refused before anything starts: Ray's replay scheduler would
+    # come back as it was at the start and take the trial back to the schedule's first config. Forced on a
+    # copy whose experiment state has the trial PAUSED, as a killed replay leaves it.
+    unfinished = replay.with_name("pbt-replay-unfinished")
+    shutil.copytree(replay, unfinished, symlinks=True)
+    state_file = newest_state_file(unfinished)
+    state = json.loads(state_file.read_text())
+    for entry in state["trial_data"]:
+        trial = json.loads(entry[0])
+        entry[0] = json.dumps({**trial, "status": "PAUSED"})
+    state_file.write_text(json.dumps(state))
+    before = sorted((str(f.relative_to(unfinished)), f.stat().st_mtime_ns) for f in unfinished.rglob("*"))
+    refused = run_cli("resume", unfinished)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr == (f"tuner: error: {unfinished}: {unfinished} is a replay (tuner run --replay) of trial "
+                              f"{trial_id} of {exp}, and its trial {trial['trial_id']} did not finish. A replay cannot "
+                              "be resumed: Ray's PopulationBasedTrainingReplay keeps no record of how far through the "
+                              "schedule it got, so the resumed trial would go back to the schedule's first config. "
+                              f"Replay it again as a new experiment: tuner run SPEC --replay {exp}:{trial_id} "
+                              "--name NEW.\n")
+    assert sorted((str(f.relative_to(unfinished)), f.stat().st_mtime_ns) for f in unfinished.rglob("*")) == before
 
 
 @pytest.mark.slow

@@ -785,10 +785,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
                            *([packing.callback] if packing is not None else [])],
                 verbose=1 if spec.reporting.cli.enabled else 0,
                 log_to_file=True,
-                # The trial's stdout/stderr (log_to_file) are written in its working folder under Ray's
-                # session: copied into the trial's folder with its first result, every sync_period (300 s)
-                # after and when a function trainable ends; not on each checkpoint (a blocking copy).
-                sync_config=tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False),
+                sync_config=artifact_sync_config(),
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
                                                   fail_fast=spec.failure.fail_fast),
                 checkpoint_config=checkpoint_config(fn, spec),
@@ -798,6 +795,23 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
+
+
+def artifact_sync_config() -> Any:
+    """How Ray copies each trial's working folder into the trial's folder in the experiment.
+
+    A trial's ``stdout`` and ``stderr`` (``log_to_file``) are written in its working folder
+    under Ray's session. Ray Tune's ``SyncConfig(sync_artifacts=True)`` copies that folder's
+    files with the trial's first result, then at most every ``sync_period`` (Ray's default,
+    300 s: the README's "at most every 5 minutes"), and when a function trainable ends; not on
+    each checkpoint (``sync_artifacts_on_checkpoint=False``: that copy would block the trial).
+
+    Returns:
+        ray.tune.SyncConfig: For the run's ``RunConfig``.
+    """
+    from ray import tune
+
+    return tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False)
 
 
 @dataclass
@@ -1040,6 +1054,11 @@ def save_run_record(prepared: Prepared) -> None:
 
         snapshot["storage"] = display(snapshot["storage"])  # a URI's query and user info may hold keys
     header = ""
+    if prepared.resumed_num_samples is not None and (path / SPEC_SNAPSHOT).is_file():
+        # a resume keeps the comment the run wrote above the spec (a replay's: what it replays)
+        lines = (path / SPEC_SNAPSHOT).read_text().splitlines(keepends=True)
+        header = "".join(line for line in lines[:next((i for i, x in enumerate(lines) if not x.startswith("#")),
+                                                          len(lines))])
     if prepared.replay is not None:
         header = (f"# A replay (tuner run --replay) of the PBT schedule of trial {prepared.replay.trial_id} of\n"
                   f"# {prepared.replay.experiment}: one trial, scheduled by Ray's PopulationBasedTrainingReplay\n"
@@ -1158,6 +1177,7 @@ def prepare_resume(
                                    "with `tuner run --name NEW`.")], str(source))
     current = load_spec(current, name=name, storage=storage)
     check_state(path)
+    _refuse_an_unfinished_replay(path, record.get("replay"))
     used = time_budget_used(path)
     if current.time_budget_s is not None and used is not None and used >= current.time_budget_s:
         raise current.error("time_budget_s", f"the time budget of {current.time_budget_s:g} s is spent ({used:.1f} s "
@@ -1171,6 +1191,34 @@ def prepare_resume(
     prepared.python_path = list(dict.fromkeys([*record.get("python_path", []), *prepared.python_path]))
     prepared.resumed_num_samples = saved.num_samples
     return prepared
+
+
+def _refuse_an_unfinished_replay(path: Path, replayed: Mapping[str, Any] | None) -> None:
+    """Refuse to resume a replay (``tuner run --replay``) whose trial did not finish.
+
+    Ray's ``PopulationBasedTrainingReplay`` keeps no record of how far through the schedule
+    it got: ``Tuner.restore`` brings it back as it was at the start, so a resumed trial would
+    go back to the schedule's first config and step through the changes again. A finished
+    replay resumes like any finished experiment (nothing reruns).
+
+    Raises:
+        ExperimentError: Naming the replayed trial and the command that replays it again.
+    """
+    from tuner.state import read_state
+
+    if not replayed:
+        return
+    state = read_state(path)
+    unfinished = [str(t.get("trial_id")) for t in (state.trials if state is not None else [])
+                  if t.get("status") != "TERMINATED"]
+    if unfinished:
+        again = f"{replayed.get('experiment')}:{replayed.get('trial_id')}"
+        raise ExperimentError(f"{path} is a replay (tuner run --replay) of trial {replayed.get('trial_id')} of "
+                              f"{replayed.get('experiment')}, and its trial {', '.join(unfinished)} did not finish. "
+                              "A replay cannot be resumed: Ray's PopulationBasedTrainingReplay keeps no record of how "
+                              "far through the schedule it got, so the resumed trial would go back to the schedule's "
+                              f"first config. Replay it again as a new experiment: tuner run SPEC --replay {again} "
+                              "--name NEW.", str(path))
 
 
 @_resumable_on_full_disk
