@@ -684,6 +684,9 @@ INTERNALS = [
     Internal("ray._private.worker", "tuner/cluster.py: ray_session (the error of an address Ray cannot connect to)",
              source_has('raise ConnectionError(\n                f"Failed to connect to Ray cluster at {gcs_address}"'),
              via="GCS_CONNECT_TRIES_ENV"),
+    Internal("ray._private.node.Node.__init__", "tuner/cluster.py: start_local_ray (a second try at a start that "
+             "timed out)", source_has(f'raise Exception(\n                        "{_ri("RAY_START_TIMED_OUT")}. This "'),
+             via="RAY_START_TIMED_OUT"),
     Internal("ray._common.constants.HEAD_NODE_RESOURCE_NAME", "tuner/cluster.py: submit_job",
              equals(_ri("HEAD_RESOURCE")), via="HEAD_RESOURCE"),
     Internal("ray._private.runtime_env.constants.RAY_JOB_CONFIG_JSON_ENV_VAR",

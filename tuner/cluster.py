@@ -11,16 +11,17 @@ import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from collections.abc import Iterable, Iterator
 
 import ray
 
 from tuner.layout import RAY_LOGS_LINK
 from tuner.ray_internals import (GCS_CONNECT_TRIES_ENV, HEAD_RESOURCE, JOBS_CLIENT_LOGGERS, RAY_JOB_CONFIG,
-                                 local_ray_options)
+                                 RAY_START_TIMED_OUT, local_ray_options)
 from tuner.resources import ClusterResources
 
-__all__ = ["ray_session", "cluster_resources"]
+__all__ = ["ray_session", "start_local_ray", "cluster_resources"]
 
 
 def cluster_resources(address: str | None = None) -> ClusterResources:
@@ -142,7 +143,7 @@ def ray_session(
     if bounded:
         os.environ[GCS_CONNECT_TRIES_ENV] = "1"
     try:
-        context = ray.init(
+        context = (ray.init if address is not None else start_local_ray)(
             address=address,
             num_cpus=num_cpus,  # type: ignore[arg-type]  # annotated int; the CLI's --num-cpus is a float
             num_gpus=num_gpus,  # type: ignore[arg-type]
@@ -172,6 +173,48 @@ def ray_session(
         yield info.get("session_dir") if info else None
     finally:
         ray.shutdown()
+
+
+def start_local_ray(**init_args) -> Any:
+    """``ray.init`` that starts the embedded local Ray, with a second try when the first does not come up.
+
+    Ray 2.60 gives its own start-up fixed deadlines: the raylet aborts when its dashboard agent has
+    not written its port within 15 s, and ``ray.init`` then raises "The current node timed out during
+    startup" (:data:`tuner.ray_internals.RAY_START_TIMED_OUT`). On a loaded 2-core machine the agent's
+    imports can take longer. The processes the failed try left (its GCS, log monitor, dashboard) are
+    ended, a note goes to stderr, and Ray is started once more. Any other error is raised as is.
+
+    Args:
+        **init_args: ``ray.init``'s keyword arguments (``address`` None).
+
+    Returns:
+        ``ray.init``'s context.
+
+    Raises:
+        Exception: Whatever ``ray.init`` raises, the second time for a start that timed out twice.
+    """
+    import sys
+
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    try:
+        return ray.init(**init_args)
+    except Exception as err:
+        if RAY_START_TIMED_OUT not in str(err):
+            raise
+        left = [p for p in me.children(recursive=True) if p.pid not in before]
+    ray.shutdown()
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=30)
+    print("tuner: note: Ray's local start timed out (its processes did not come up within Ray's fixed "
+          "deadlines: is the machine busy?); starting it once more.", file=sys.stderr, flush=True)
+    return ray.init(**init_args)
 
 
 def link_ray_logs(session_dir: str | None, experiment_path: str | os.PathLike) -> None:

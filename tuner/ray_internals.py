@@ -51,6 +51,7 @@ __all__ = [
     "CLIReporterHooks", "TBXLoggerHooks", "WandbLoggerHooks", "StagedResultFileHooks",
     # the Ray process, the cluster and its jobs
     "ray_started_here", "nvidia_gpu_count", "refresh_auth_mode", "LOCAL_RAY_SYSTEM_CONFIG", "local_ray_options",
+    "RAY_START_TIMED_OUT",
     "GCS_CONNECT_TRIES_ENV",
     "HEAD_RESOURCE", "RAY_JOB_CONFIG", "JOBS_CLIENT_LOGGERS",
 ]
@@ -1369,7 +1370,20 @@ GCS_CONNECT_TRIES_ENV = "RAY_gcs_server_port_wait_time_s"
 #:   crashed it once in the suite (SIGSEGV in ``TemporalMetricStorage::buildMetrics`` while the
 #:   actor was created: the trial errored). A Ray of your own (``ray start``, ``--address``)
 #:   keeps its metrics.
-LOCAL_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_metrics_collection": False}
+#: * 180 s, not Ray's 60, for a worker process to register with the raylet
+#:   (``worker_register_timeout_seconds``). A trial's actor waits for a worker, and Ray gives up
+#:   after 5 workers that did not register in time ("worker startup repeatedly failed"): on a
+#:   2-core machine under load, a worker's ``import ray`` took longer than 60 s, and a DDP
+#:   trial errored so (``docs/benchmarks.md``). A worker that fails at start-up still fails at once.
+LOCAL_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_metrics_collection": False,
+                           "worker_register_timeout_seconds": 180}
+
+#: What Ray 2.60's ``ray.init`` raises (a bare ``Exception``, ``ray._private.node.Node``) when the node
+#: it starts does not come up in time. Under load that is most often the raylet, which waits a fixed
+#: 15 s for its dashboard agent's port file (not configurable in Ray 2.60) and aborts
+#: ("Check failed ... Timed out waiting for file .../metrics_agent_port_..."); ``ray_session`` then
+#: starts the local Ray once more.
+RAY_START_TIMED_OUT = "The current node timed out during startup"
 
 
 def local_ray_options(address: str | None) -> dict[str, Any]:
