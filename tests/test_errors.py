@@ -15,6 +15,7 @@ from tuner import cli, errors
 from tuner.errors import (ClusterError, DiskFullError, ExperimentError, ExperimentLocked, InputError, StorageError,
                           TrialError, TunerError)
 from tuner.ray_internals import GCS_CONNECT_TRIES_ENV
+from tuner.dashboard import DashboardError
 from tuner.report import ReportError
 from tuner.spec import SpecError, SpecIssue
 
@@ -110,6 +111,7 @@ def _examples() -> dict[str, BaseException]:
         ExperimentLocked("the experiment folder /runs/x is in use by pid 7"),
         ClusterError("cannot reach the Ray cluster at 10.0.0.1:6379", "s.yaml"),
         ReportError("/runs/x does not exist", "/runs/x"),
+        DashboardError("the dashboard needs optuna-dashboard", "tuner dashboard"),
         TrialError("the first trial failed", trial_id="t_00000", path="/runs/x/t_00000", traceback="Traceback ..."),
         DiskFullError("/runs/x/t/checkpoint_000001", "/runs/x", storage="/runs", quota=True,
                       what="a checkpoint of trial t into ", resumable=False),

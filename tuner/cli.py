@@ -405,6 +405,24 @@ def list_command(storage) -> None:
     click.echo(render_list(list_experiments(storage)), nl=False)
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, metavar="[PATH]...", type=click.Path())
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="The port (0: a free one).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to serve on; another than this machine's own serves without authentication.")
+def dashboard(paths, port, host) -> None:
+    """Serve a live web dashboard (optuna-dashboard) of every experiment under PATH (default: runs).
+
+    PATH is an experiment folder or a storage folder that holds experiments. Each experiment is one
+    study, whatever its searcher; the page reads the experiments' own files, so a running one shows
+    each report within seconds, and nothing is written. Read-only. Needs pip install -e ".[dashboard]".
+    """
+    from tuner.dashboard import serve
+
+    serve(list(paths) or ["runs"], host, port, echo=click.echo)
+
+
 @cli.command("schema")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the schema to this file instead of printing it, e.g. schema/tuner-spec.schema.json.")

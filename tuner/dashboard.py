@@ -1,0 +1,384 @@
+"""``tuner dashboard``: optuna-dashboard over tuner's experiment folders, read live from their files.
+
+Every experiment is one Optuna study, whatever its searcher (grid, random, BOHB, TPE, PBT): the
+dashboard reads the experiment's own files (:func:`tuner.report.load_experiment`, as ``tuner report``
+does), so a run records nothing more and costs nothing more, an older experiment shows as it is, and a
+running or resumed one shows each new report at the next refresh (every :data:`REFRESH_S` seconds).
+Nothing is written into the experiment folders.
+
+:class:`ExperimentStorage` is a read-only Optuna storage (``optuna.storages.BaseStorage``, Optuna 5)
+over the folders; :func:`serve` hands it to ``optuna_dashboard.wsgi`` (optuna-dashboard 0.21) behind a
+filter that answers every request but GET and HEAD with 405, so no study can be deleted or edited
+from the page. The web UI is optuna-dashboard's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Container, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
+from optuna.study._frozen import FrozenStudy
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import InputError
+
+__all__ = ["ExperimentStorage", "find_experiments", "study_trials", "serve", "DashboardError", "INSTALL"]
+
+#: Seconds between two reads of an experiment's files: a new report shows within this, plus the page's own poll.
+REFRESH_S = 2.0
+#: A trial's id in the dashboard: its study's id times this, plus its number.
+TRIAL_ID_STRIDE = 10**6
+#: The install command the dashboard needs.
+INSTALL = 'pip install -e ".[dashboard]"'
+
+#: Ray's trial status -> the Optuna state the dashboard shows (TERMINATED: COMPLETE, or PRUNED when a
+#: scheduler stopped the trial early; a trial left RUNNING by a driver that is gone shows as FAIL).
+_STATES = {"ERROR": TrialState.FAIL, "RUNNING": TrialState.RUNNING, "PAUSED": TrialState.RUNNING,
+           "PENDING": TrialState.WAITING, "UNFINISHED": TrialState.FAIL}
+
+
+class DashboardError(InputError):
+    """``tuner dashboard`` cannot start as given (the extra is missing, a folder does not exist); exit code 2."""
+
+
+def find_experiments(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The experiment folders under ``paths``, in order: a path that is an experiment, or each
+    experiment directly inside a storage folder (as ``tuner list`` finds them), sorted by name.
+
+    Raises:
+        DashboardError: If a path does not exist, is not a folder, or is a cloud URI (not served yet).
+    """
+    from tuner.report.loading import _is_experiment
+    from tuner.storage import is_remote
+
+    found: list[Path] = []
+    for raw in paths:
+        if is_remote(str(raw)):
+            raise DashboardError(f"{raw}: a cloud storage is not served yet; `tuner report {raw}/NAME` downloads "
+                                 "one experiment into its local mirror (~/.cache/tuner/storage/...), and "
+                                 "`tuner dashboard` serves that folder as it was then.", "tuner dashboard")
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            raise DashboardError(f"{path} is not a folder; give experiment folders or the storage folders that "
+                                 "hold them (a spec's `storage:`, `runs` by default).", "tuner dashboard")
+        inside = [path] if _is_experiment(path) else sorted(
+            p for p in path.iterdir() if not p.name.startswith(".") and _is_experiment(p))
+        found.extend(p.resolve() for p in inside if p.resolve() not in found)
+    return found
+
+
+def _distributions(exp: Any) -> dict[str, BaseDistribution]:
+    """One distribution per sampled parameter, over the values the trials took (the spec's log scale kept):
+    an integer range, a float range, or the choices. Every trial's value lies in it, as Optuna requires."""
+    from tuner.report.loading import _py
+
+    dists: dict[str, BaseDistribution] = {}
+    for name in exp.params:
+        col = exp.trials.get(f"config/{name}")
+        values = [] if col is None else [v for v in map(_py, col.tolist()) if v is not None]
+        if not values:
+            continue
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numbers and all(math.isfinite(v) for v in values) and min(values) < max(values):
+            low, high = min(values), max(values)
+            log = bool(exp.log_scale(name)) and low > 0
+            if all(isinstance(v, int) for v in values):
+                dists[name] = IntDistribution(int(low), int(high), log=log and low >= 1)
+            else:
+                dists[name] = FloatDistribution(float(low), float(high), log=log)
+        else:
+            dists[name] = CategoricalDistribution(sorted({_choice(v) for v in values}, key=str))
+    return dists
+
+
+def _choice(value: Any) -> Any:
+    """A value as an Optuna choice (None, bool, int, float or str; anything else as its text)."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def _time(text: str | None) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
+    """An experiment's trials as Optuna's, in the order they were created.
+
+    Args:
+        exp: The experiment (:class:`tuner.report.Experiment`).
+        study_id: Its study's id: trial ``n``'s id is ``study_id * TRIAL_ID_STRIDE + n``.
+
+    Returns:
+        One ``FrozenTrial`` per trial: its active parameters with their distributions; its state
+        (TERMINATED is COMPLETE, or PRUNED for a trial a scheduler stopped early; ERROR is FAIL;
+        RUNNING and PAUSED are RUNNING); a COMPLETE trial's value, or one value per objective, by the
+        experiment's ``best.scope``; the first objective's value at each iteration as its intermediate
+        values; user attributes ``trial_id``, ``status``, ``iterations``; with constraints, their
+        violations (``<= 0`` feasible) under the ``constraints`` system attribute, which
+        optuna-dashboard reads. A COMPLETE trial with a value that is not a finite number shows as FAIL.
+    """
+    from tuner.report.loading import _py
+
+    objectives = [o.metric for o in exp.objectives] or ([exp.metric] if exp.metric else [])
+    columns = [f"score_{m}" if f"score_{m}" in exp.trials else f"last_{m}" for m in objectives]
+    dists = _distributions(exp)
+    rows = {row["trial_id"]: row for _, row in exp.trials.iterrows()}
+    order = [t for t in exp.created if t in rows] + [t for t in rows if t not in set(exp.created)]
+    history = exp.history
+    started = _time(exp.started) or datetime.datetime.fromtimestamp(exp.path.stat().st_mtime)
+    out = []
+    for number, trial_id in enumerate(order):
+        row = rows[trial_id]
+        status = str(row["status"])
+        state = _STATES.get(status, TrialState.COMPLETE)
+        values: list[float] | None = None
+        if status == "TERMINATED":
+            if bool(row.get("stopped_early", False)) and len(objectives) < 2:
+                state = TrialState.PRUNED
+            else:
+                values = [_py(row.get(c)) for c in columns]
+                if not objectives or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+                    state, values = TrialState.FAIL, None
+        params = {}
+        for name, dist in dists.items():
+            value = _py(row.get(f"config/{name}"))
+            if value is not None:  # an inactive conditional parameter is left out
+                params[name] = _choice(value) if isinstance(dist, CategoricalDistribution) else value
+        inter: dict[int, float] = {}
+        if objectives and objectives[0] in history:
+            mine = history[history["trial_id"] == trial_id]
+            inter = {int(i): float(v) for i, v in zip(mine["training_iteration"], mine[objectives[0]])
+                     if isinstance(v, (int, float)) and math.isfinite(v)}
+        system: dict[str, Any] = {}
+        if exp.constraints:
+            system["constraints"] = [c.violation(_py(row.get(f"last_{c.metric}"))) for c in exp.constraints]
+        seconds = _py(row.get("time_total_s"))
+        finished = state.is_finished()
+        out.append(FrozenTrial(
+            number=number, state=state, value=None, values=values,
+            datetime_start=None if state == TrialState.WAITING else started,
+            datetime_complete=(started + datetime.timedelta(seconds=float(seconds or 0))) if finished else None,
+            params=params, distributions={k: dists[k] for k in params},
+            user_attrs={"trial_id": trial_id, "status": status, "iterations": int(_py(row.get("iterations")) or 0)},
+            system_attrs=system, intermediate_values=inter, trial_id=study_id * TRIAL_ID_STRIDE + number))
+    return out
+
+
+def _signature(path: Path) -> tuple:
+    """What changes when an experiment's files do: the newest write among its state, summary and results."""
+    from tuner.layout import EXPERIMENT_STATE_GLOB, LOCK_FILE, RESULT_FILE, RESULTS_CSV, SUMMARY
+
+    newest = 0.0
+    for file in [*path.glob(EXPERIMENT_STATE_GLOB), *path.glob(f"*/{RESULT_FILE}"), path / SUMMARY,
+                 path / RESULTS_CSV, path / LOCK_FILE]:
+        try:
+            newest = max(newest, file.stat().st_mtime)
+        except OSError:
+            continue
+    return (newest,)
+
+
+@dataclass
+class _Study:
+    path: Path
+    study: FrozenStudy
+    signature: tuple = ()
+    trials: list[FrozenTrial] = field(default_factory=list)
+
+
+class ExperimentStorage(BaseStorage):
+    """A read-only Optuna storage over tuner's experiment folders: one study per experiment.
+
+    The studies are the experiments :func:`find_experiments` finds under ``paths``, read again at most
+    every :data:`REFRESH_S` seconds (a new experiment is added; one whose files changed is read again).
+    A study's id is its place in the order the experiments were found, and stays; its name is the
+    experiment's name (``<storage>/<name>`` where two share one). Every write raises.
+
+    Args:
+        paths: Experiment folders, or storage folders that hold them.
+        clock: Seconds, for the refresh period (``time.monotonic``).
+
+    Raises:
+        DashboardError: If a path does not exist or is not a folder.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike], clock: Callable[[], float] = time.monotonic):
+        self._paths = list(paths)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._studies: list[_Study] = []
+        self._read_at = -math.inf
+        find_experiments(self._paths)  # refuses a missing folder now
+        self._refresh()
+
+    # ------------------------------------------------------------------ reading the folders
+
+    def _refresh(self) -> None:
+        from tuner.report import load_experiment
+        from tuner.report.loading import ReportError
+
+        with self._lock:
+            now = self._clock()
+            if now - self._read_at < REFRESH_S:
+                return
+            self._read_at = now
+            known = {s.path for s in self._studies}
+            for path in find_experiments(self._paths):
+                if path not in known:
+                    self._studies.append(_Study(path, FrozenStudy(path.name, StudyDirection.MINIMIZE, {}, {},
+                                                                  len(self._studies))))
+            names = [s.path.name for s in self._studies]
+            for study_id, s in enumerate(self._studies):
+                signature = _signature(s.path)
+                if signature == s.signature:
+                    continue
+                try:
+                    exp = load_experiment(s.path)
+                except (ReportError, OSError, ValueError):
+                    continue
+                modes: list[str] = [o.mode for o in exp.objectives] or [exp.mode or "min"]
+                directions = [StudyDirection.MAXIMIZE if m == "max" else StudyDirection.MINIMIZE for m in modes]
+                name = s.path.name if names.count(s.path.name) == 1 else f"{s.path.parent.name}/{s.path.name}"
+                s.study = FrozenStudy(name, None, {"path": str(s.path), "status": exp.status}, {}, study_id,
+                                      directions=directions)
+                s.trials = study_trials(exp, study_id)
+                s.signature = signature
+
+    def _study(self, study_id: int) -> _Study:
+        self._refresh()
+        if not 0 <= study_id < len(self._studies):
+            raise KeyError(f"no study with id {study_id}")
+        return self._studies[study_id]
+
+    # ------------------------------------------------------------------ Optuna's reads
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        self._refresh()
+        return [copy.deepcopy(s.study) for s in self._studies]
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        self._refresh()
+        for s in self._studies:
+            if s.study.study_name == study_name:
+                return s.study._study_id
+        raise KeyError(f"no study named {study_name!r}")
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self._study(study_id).study.study_name
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        return list(self._study(study_id).study.directions)
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return dict(self._study(study_id).study.user_attrs)
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return dict(self._study(study_id).study.system_attrs)
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        study_id, number = divmod(trial_id, TRIAL_ID_STRIDE)
+        trials = self._study(study_id).trials
+        if not 0 <= number < len(trials):
+            raise KeyError(f"no trial with id {trial_id}")
+        return copy.deepcopy(trials[number])
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True,
+                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        trials = [t for t in self._study(study_id).trials if states is None or t.state in states]
+        return copy.deepcopy(trials) if deepcopy else list(trials)
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        return self.get_trial(study_id * TRIAL_ID_STRIDE + trial_number)._trial_id
+
+    # ------------------------------------------------------------------ writes: refused
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("tuner dashboard is read-only: the experiments' own files are the record")
+
+    create_new_study = delete_study = set_study_user_attr = set_study_system_attr = _read_only
+    create_new_trial = set_trial_param = set_trial_state_values = set_trial_intermediate_value = _read_only
+    set_trial_user_attr = set_trial_system_attr = _read_only
+
+
+def read_only(app: Callable) -> Callable:
+    """A WSGI app that passes GET and HEAD requests to ``app`` and answers any other with 405."""
+
+    def wrapped(environ: dict, start_response: Callable) -> Any:
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "GET, HEAD")])
+            return [b"tuner dashboard is read-only\n"]
+        return app(environ, start_response)
+
+    return wrapped
+
+
+def make_server(paths: Sequence[str | os.PathLike], host: str = "127.0.0.1", port: int = 8080) -> Any:
+    """optuna-dashboard's WSGI app over :class:`ExperimentStorage`, read-only, on a threaded server.
+
+    Args:
+        paths: Experiment folders, or storage folders that hold them.
+        host: The address to bind.
+        port: The port; 0 picks a free one (``server.server_port`` tells which).
+
+    Returns:
+        A ``wsgiref`` server, bound, not yet serving (``serve_forever``; ``shutdown`` and ``server_close``).
+
+    Raises:
+        DashboardError: If optuna-dashboard is not installed, or a path is not a folder.
+    """
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+    from wsgiref.simple_server import make_server as wsgi_server
+
+    try:
+        from optuna_dashboard import wsgi
+    except ImportError:
+        raise DashboardError(f"the dashboard needs optuna-dashboard; install it with {INSTALL} "
+                             "(or pip install 'tuner[dashboard]').", "tuner dashboard") from None
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    app = read_only(wsgi(ExperimentStorage(paths)))
+    return wsgi_server(host, port, app, server_class=Server, handler_class=QuietHandler)
+
+
+def serve(paths: Sequence[str | os.PathLike], host: str, port: int, echo: Callable[[str], Any] = print) -> None:
+    """Serve the dashboard until Ctrl-C, then stop cleanly.
+
+    Raises:
+        DashboardError: As :func:`make_server`.
+    """
+    server = make_server(paths, host, port)
+    studies = len(find_experiments(paths))
+    shown = "[" + host + "]" if ":" in host else host
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        echo(f"tuner: note: the dashboard has no authentication: anyone who can reach {shown}:{server.server_port} "
+             "can read every experiment it serves.")
+    echo(f"Dashboard: http://{shown}:{server.server_port}/dashboard/ ({studies} experiment"
+         f"{'s' if studies != 1 else ''} in {', '.join(str(p) for p in paths)}; Ctrl-C stops it)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
