@@ -40,6 +40,9 @@ __all__ = ["ExperimentStorage", "find_experiments", "study_trials", "serve", "Da
 REFRESH_S = 2.0
 #: A trial's id in the dashboard: its study's id times this, plus its number.
 TRIAL_ID_STRIDE = 10**6
+#: The study system attribute that ``optuna.Study.set_metric_names`` sets (Optuna 5), which the dashboard
+#: shows as the objectives' names.
+METRIC_NAMES_ATTR = "study:metric_names"
 #: The install command the dashboard needs.
 INSTALL = 'pip install -e ".[dashboard]"'
 
@@ -60,7 +63,7 @@ def find_experiments(paths: Iterable[str | os.PathLike]) -> list[Path]:
     Raises:
         DashboardError: If a path does not exist, is not a folder, or is a cloud URI (not served yet).
     """
-    from tuner.report.loading import _is_experiment
+    from tuner.report.loading import is_experiment
     from tuner.storage import is_remote
 
     found: list[Path] = []
@@ -73,8 +76,8 @@ def find_experiments(paths: Iterable[str | os.PathLike]) -> list[Path]:
         if not path.is_dir():
             raise DashboardError(f"{path} is not a folder; give experiment folders or the storage folders that "
                                  "hold them (a spec's `storage:`, `runs` by default).", "tuner dashboard")
-        inside = [path] if _is_experiment(path) else sorted(
-            p for p in path.iterdir() if not p.name.startswith(".") and _is_experiment(p))
+        inside = [path] if is_experiment(path) else sorted(
+            p for p in path.iterdir() if not p.name.startswith(".") and is_experiment(p))
         found.extend(p.resolve() for p in inside if p.resolve() not in found)
     return found
 
@@ -82,12 +85,12 @@ def find_experiments(paths: Iterable[str | os.PathLike]) -> list[Path]:
 def _distributions(exp: Any) -> dict[str, BaseDistribution]:
     """One distribution per sampled parameter, over the values the trials took (the spec's log scale kept):
     an integer range, a float range, or the choices. Every trial's value lies in it, as Optuna requires."""
-    from tuner.report.loading import _py
+    from tuner.report.loading import plain
 
     dists: dict[str, BaseDistribution] = {}
     for name in exp.params:
         col = exp.trials.get(f"config/{name}")
-        values = [] if col is None else [v for v in map(_py, col.tolist()) if v is not None]
+        values = [] if col is None else [v for v in map(plain, col.tolist()) if v is not None]
         if not values:
             continue
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
@@ -131,7 +134,7 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
         violations (``<= 0`` feasible) under the ``constraints`` system attribute, which
         optuna-dashboard reads. A COMPLETE trial with a value that is not a finite number shows as FAIL.
     """
-    from tuner.report.loading import _py
+    from tuner.report.loading import plain, trial_folders
 
     objectives = [o.metric for o in exp.objectives] or ([exp.metric] if exp.metric else [])
     columns = [f"score_{m}" if f"score_{m}" in exp.trials else f"last_{m}" for m in objectives]
@@ -140,6 +143,7 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
     order = [t for t in exp.created if t in rows] + [t for t in rows if t not in set(exp.created)]
     history = exp.history
     started = _time(exp.started) or datetime.datetime.fromtimestamp(exp.path.stat().st_mtime)
+    folders = trial_folders(exp.path)
     out = []
     for number, trial_id in enumerate(order):
         row = rows[trial_id]
@@ -150,12 +154,12 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
             if bool(row.get("stopped_early", False)) and len(objectives) < 2:
                 state = TrialState.PRUNED
             else:
-                values = [_py(row.get(c)) for c in columns]
+                values = [plain(row.get(c)) for c in columns]
                 if not objectives or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
                     state, values = TrialState.FAIL, None
         params = {}
         for name, dist in dists.items():
-            value = _py(row.get(f"config/{name}"))
+            value = plain(row.get(f"config/{name}"))
             if value is not None:  # an inactive conditional parameter is left out
                 params[name] = _choice(value) if isinstance(dist, CategoricalDistribution) else value
         inter: dict[int, float] = {}
@@ -165,17 +169,27 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
                      if isinstance(v, (int, float)) and math.isfinite(v)}
         system: dict[str, Any] = {}
         if exp.constraints:
-            system["constraints"] = [c.violation(_py(row.get(f"last_{c.metric}"))) for c in exp.constraints]
-        seconds = _py(row.get("time_total_s"))
-        finished = state.is_finished()
+            system["constraints"] = [c.violation(plain(row.get(f"last_{c.metric}"))) for c in exp.constraints]
+        seconds = plain(row.get("time_total_s"))
+        start = _created(folders.get(trial_id)) or started
         out.append(FrozenTrial(
             number=number, state=state, value=None, values=values,
-            datetime_start=None if state == TrialState.WAITING else started,
-            datetime_complete=(started + datetime.timedelta(seconds=float(seconds or 0))) if finished else None,
+            datetime_start=None if state == TrialState.WAITING else start,
+            datetime_complete=start + datetime.timedelta(seconds=float(seconds or 0)) if state.is_finished() else None,
             params=params, distributions={k: dists[k] for k in params},
-            user_attrs={"trial_id": trial_id, "status": status, "iterations": int(_py(row.get("iterations")) or 0)},
+            user_attrs={"trial_id": trial_id, "status": status, "iterations": int(plain(row.get("iterations")) or 0)},
             system_attrs=system, intermediate_values=inter, trial_id=study_id * TRIAL_ID_STRIDE + number))
     return out
+
+
+def _created(folder: Path | None) -> datetime.datetime | None:
+    """When a trial started: its folder's ``params.json`` (Ray writes it as the trial starts), or None."""
+    from tuner.layout import PARAMS_FILE
+
+    try:
+        return datetime.datetime.fromtimestamp((folder / PARAMS_FILE).stat().st_mtime) if folder else None
+    except OSError:
+        return None
 
 
 def _signature(path: Path) -> tuple:
@@ -253,8 +267,9 @@ class ExperimentStorage(BaseStorage):
                 modes: list[str] = [o.mode for o in exp.objectives] or [exp.mode or "min"]
                 directions = [StudyDirection.MAXIMIZE if m == "max" else StudyDirection.MINIMIZE for m in modes]
                 name = s.path.name if names.count(s.path.name) == 1 else f"{s.path.parent.name}/{s.path.name}"
-                s.study = FrozenStudy(name, None, {"path": str(s.path), "status": exp.status}, {}, study_id,
-                                      directions=directions)
+                metrics = [o.metric for o in exp.objectives] or [exp.metric or "value"]
+                s.study = FrozenStudy(name, None, {"path": str(s.path), "status": exp.status},
+                                      {METRIC_NAMES_ATTR: metrics}, study_id, directions=directions)
                 s.trials = study_trials(exp, study_id)
                 s.signature = signature
 

@@ -14,7 +14,7 @@ from tuner import pareto
 from tuner.best import ERROR, is_finite_number
 from tuner.forecast import ITERATIONS, SECONDS
 from tuner.layout import RUN_RECORD
-from tuner.report.loading import Experiment, _numeric, _py, _read_json
+from tuner.report.loading import Experiment, _numeric, plain, _read_json
 from tuner.rungs import merged_rungs
 from tuner.spec import Spec
 
@@ -236,7 +236,7 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
     dists: dict[str, Any] = {}
     for name in exp.params:
         col = t.get(f"config/{name}")
-        vals = [] if col is None else [v for v in map(_py, col.tolist()) if v is not None]
+        vals = [] if col is None else [v for v in map(plain, col.tolist()) if v is not None]
         if all(_numeric(v) for v in vals) and vals:
             low, high = float(min(vals)), float(max(vals))
             if low < high:
@@ -255,7 +255,7 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
     for _, row in t.iterrows():
         params = {}
         for name, dist in dists.items():
-            v = _py(row[f"config/{name}"])
+            v = plain(row[f"config/{name}"])
             if v is not None:  # a conditional parameter the trial does not have
                 params[name] = str(v) if isinstance(dist, CategoricalDistribution) else float(v)
         if row["trial_id"] in values:
@@ -334,7 +334,7 @@ def objective_points(exp: Experiment) -> dict[str, list[float] | None]:
     """
     out: dict[str, list[float] | None] = {}
     for _, row in exp.trials.iterrows():
-        values = [_py(row.get(f"last_{o.metric}")) for o in exp.objectives]
+        values = [plain(row.get(f"last_{o.metric}")) for o in exp.objectives]
         ok = row["status"] != ERROR and all(is_finite_number(v) for v in values)
         out[row["trial_id"]] = [float(v) for v in values] if ok else None
     return out

@@ -36,7 +36,7 @@ from tuner.spec import Spec, SpecError, load_spec
 from tuner.spec.sections import Constraint, Objective
 from tuner.state import ExperimentState, parse_result_lines, read_state
 
-__all__ = ["Experiment", "ReportError", "load_experiment"]
+__all__ = ["Experiment", "ReportError", "load_experiment", "is_experiment", "trial_folders", "plain"]
 
 _ENDED = ("TERMINATED", "ERROR")
 # Keys Ray adds to every result that are not metrics (the x axes are kept apart).
@@ -164,7 +164,7 @@ class Experiment:
         col = self.trials.get(f"config/{name}")
         if col is None:
             return pd.Series(False, index=self.trials.index)
-        return col.map(lambda v: _py(v) is not None).astype(bool)
+        return col.map(lambda v: plain(v) is not None).astype(bool)
 
     def _versions(self, name: str) -> list:
         """The spec's parameters (:class:`tuner.spec.conditions.Param`) under the config key ``name``:
@@ -211,14 +211,14 @@ class Experiment:
         Raises:
             IndexError: If no trial has the id.
         """
-        folder = _trial_folders(self.path).get(trial_id)
+        folder = trial_folders(self.path).get(trial_id)
         if folder is not None and (folder / PARAMS_FILE).is_file():
             try:
                 return json.loads((folder / PARAMS_FILE).read_text(encoding="utf-8"))
             except ValueError:
                 pass
         row = self.trials[self.trials["trial_id"] == trial_id].iloc[0]
-        return nest({k[len("config/"):]: _py(v) for k, v in row.items() if k.startswith("config/")})
+        return nest({k[len("config/"):]: plain(v) for k, v in row.items() if k.startswith("config/")})
 
 
 def _read_json(path: Path) -> Any:
@@ -242,7 +242,7 @@ def _state_trials(state: ExperimentState | None) -> list[dict]:
             for i in order]
 
 
-def _trial_folders(path: Path) -> dict[str, Path]:
+def trial_folders(path: Path) -> dict[str, Path]:
     """Trial id -> trial folder (``<trainable>_<trial_id>``: a folder with params.json or result.json)."""
     out = {}
     for folder in sorted(p for p in path.iterdir() if p.is_dir()):
@@ -259,7 +259,7 @@ def _trial_folders(path: Path) -> dict[str, Path]:
 
 
 
-def _py(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """numpy/pandas scalars -> plain Python; NaN -> None."""
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         try:
@@ -372,7 +372,8 @@ def _objectives_and_constraints(spec: Spec | None, summary: dict | None) -> tupl
     return objectives, constraints
 
 
-def _is_experiment(path: Path) -> bool:
+def is_experiment(path: Path) -> bool:
+    """Whether ``path`` is an experiment folder: it holds ``tuner_run.json``, ``spec.yaml`` or Ray's state."""
     return path.is_dir() and any((path / name).is_file() for name in (RUN_RECORD, SPEC_SNAPSHOT)) \
         or path.is_dir() and any(path.glob(EXPERIMENT_STATE_GLOB))
 
@@ -393,7 +394,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     if not path.exists():
         raise ReportError(f"{path} does not exist; give an experiment folder, e.g. runs/mnist-asha "
                           "(`tuner list runs` shows the experiments there).")
-    if not _is_experiment(path):
+    if not is_experiment(path):
         raise ReportError(f"{path} is not a tuner experiment folder (no {RUN_RECORD}, {SPEC_SNAPSHOT} or "
                           f"{EXPERIMENT_STATE_GLOB}); give the folder `tuner run` created, e.g. runs/mnist-asha "
                           "(`tuner list STORAGE` shows the experiments in a storage folder).")
@@ -421,7 +422,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     extra_last = list(dict.fromkeys(extra_best + [c.metric for c in constraints if c.metric != metric]))
     modes = {o.metric: o.mode for o in objectives}
 
-    folders = _trial_folders(path)
+    folders = trial_folders(path)
     listed = _state_trials(state)
     known = {t["trial_id"] for t in listed}
     # A folder the state does not list is a trial newer than the state, unless its files are
@@ -539,7 +540,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         params = [name for name, _ in distributions(spec.param_space)]
     else:  # no spec: the config keys that differ between trials
         # (absent counts as a value: a conditional parameter may take one value where it is active)
-        params = [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(_py(v))).nunique() > 1]
+        params = [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(plain(v))).nunique() > 1]
     if summary is not None and not running:
         if summary.get("aborted"):
             status = "aborted"

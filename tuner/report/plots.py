@@ -20,7 +20,7 @@ from tuner.files import atomic_write
 from tuner.params import flatten
 from tuner.report.analysis import (active_label, budget, importance_facts, objective_points, pareto_facts,
                                    scheduler_rungs)
-from tuner.report.loading import Experiment, _numeric, _py
+from tuner.report.loading import Experiment, _numeric, plain
 
 __all__ = ["write_plots"]
 
@@ -90,7 +90,7 @@ def _plot_curves(exp: Experiment):
 def _param_values(exp: Experiment, name: str) -> tuple[list, bool, list | None]:
     """Values of a parameter per trial (in trials order; None where the trial does not have it:
     a conditional parameter, inactive), whether numeric, and category labels."""
-    vals = [_py(v) for v in exp.trials[f"config/{name}"]]
+    vals = [plain(v) for v in exp.trials[f"config/{name}"]]
     if all(v is None or _numeric(v) for v in vals):
         return vals, True, None
     labels = sorted({str(v) for v in vals if v is not None})
@@ -116,7 +116,7 @@ def _plot_params(exp: Experiment):
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig = _figure(4.2 * cols, 3.4 * rows)
-    y = [_py(v) for v in exp.trials[exp.last_col]]
+    y = [plain(v) for v in exp.trials[exp.last_col]]
     early = list(exp.trials["stopped_early"])
     best = list(exp.trials["best"])
     for i, name in enumerate(params):

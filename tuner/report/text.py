@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from tuner.report.analysis import active_label, budget, feasibility, importance_facts, pareto_facts
-from tuner.report.loading import Experiment, ReportError, _is_experiment, _py, load_experiment
+from tuner.report.loading import Experiment, ReportError, is_experiment, plain, load_experiment
 
 __all__ = ["render", "list_experiments", "render_list", "pbt_lines", "pareto_lines", "pareto_frame", "parameter_lines",
            "parameters", "FORMATS"]
@@ -21,7 +21,7 @@ FORMATS = ("table", "csv", "json", "html")
 
 
 def _fmt(v: Any) -> str:
-    v = _py(v)
+    v = plain(v)
     if v is None:
         return "-"
     if isinstance(v, bool):
@@ -272,7 +272,7 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
 def _facts(exp: Experiment) -> dict[str, Any]:
     best_value = None
     if exp.best_trial is not None:
-        best_value = _py(exp.trials.loc[exp.trials["trial_id"] == exp.best_trial, exp.last_col].iloc[0])
+        best_value = plain(exp.trials.loc[exp.trials["trial_id"] == exp.best_trial, exp.last_col].iloc[0])
     return {
         "name": exp.name, "path": str(exp.path), "status": exp.status, "started": exp.started,
         "metric": exp.metric, "mode": exp.mode, "scope": exp.scope,
@@ -325,7 +325,7 @@ def list_experiments(storage: str | os.PathLike = "runs") -> pd.DataFrame:
                           "(a spec's `storage:`, `runs` by default).")
     rows = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if not _is_experiment(folder):
+        if not is_experiment(folder):
             continue
         exp = load_experiment(folder)
         t = exp.trials
