@@ -185,6 +185,7 @@ def test_several_objectives_show_their_pareto_front(served, ray_local, tmp_path,
     front = {t["trial_id"] for t in result.pareto_front}
     attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in trials]
     assert front and front <= {a["trial_id"] for a in attrs} and {a["status"] for a in attrs} == {"TERMINATED"}
+    assert all(Path(a["folder"]).parent == runs / "pareto" and a["folder"].endswith(a["trial_id"]) for a in attrs)
     if chromium():
         text = page_text(f"{dash.url}/dashboard/studies/{study['study_id']}", tmp_path / "profile")
         assert "Pareto Front" in text, text[:2000]

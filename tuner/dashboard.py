@@ -130,7 +130,7 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
         (TERMINATED is COMPLETE, or PRUNED for a trial a scheduler stopped early; ERROR is FAIL;
         RUNNING and PAUSED are RUNNING); a COMPLETE trial's value, or one value per objective, by the
         experiment's ``best.scope``; the first objective's value at each iteration as its intermediate
-        values; user attributes ``trial_id``, ``status``, ``iterations``; with constraints, their
+        values; user attributes ``trial_id``, ``status`` (Ray's), ``iterations``, ``folder``; with constraints, their
         violations (``<= 0`` feasible) under the ``constraints`` system attribute, which
         optuna-dashboard reads. A COMPLETE trial with a value that is not a finite number shows as FAIL.
     """
@@ -177,7 +177,8 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
             datetime_start=None if state == TrialState.WAITING else start,
             datetime_complete=start + datetime.timedelta(seconds=float(seconds or 0)) if state.is_finished() else None,
             params=params, distributions={k: dists[k] for k in params},
-            user_attrs={"trial_id": trial_id, "status": status, "iterations": int(plain(row.get("iterations")) or 0)},
+            user_attrs={"trial_id": trial_id, "status": status, "iterations": int(plain(row.get("iterations")) or 0),
+                        "folder": str(folders[trial_id]) if trial_id in folders else ""},
             system_attrs=system, intermediate_values=inter, trial_id=study_id * TRIAL_ID_STRIDE + number))
     return out
 
