@@ -70,11 +70,14 @@ def test_ddp_trials_resume_a_worker_crash_on_all_ranks_and_asha_releases_their_w
     # besides the newest, so epoch 0's outlives the newer ones (the newest-only rule would delete it), and
     # the best checkpoint is epoch 0's. (Which newer ones are gone is not checked: ASHA stops a trial at
     # max_t as soon as Tune has its result, which may be before Ray Train deleted the older one.)
+    # A checkpoint folder without its state.json is an older one Ray Train was deleting when the listing saw it
+    # (a loaded run found one after the run: its deletion was still going, or was cut when the trial ended), so
+    # it is not a kept checkpoint.
     kept = {}
     for trial_id in df["trial_id"]:
         folder = next((tmp_path / "asha-ddp").glob(f"*_{trial_id}"))
-        kept[trial_id] = {json.loads((c / "state.json").read_text())["epoch"] for c in folder.rglob("checkpoint_*")
-                          if c.is_dir()}
+        kept[trial_id] = {epoch for c in folder.rglob("checkpoint_*") if c.is_dir()
+                          if (epoch := _checkpoint_epoch(c)) is not None}
     assert all(0 in epochs for epochs in kept.values()) and any(len(e) > 1 for e in kept.values()), kept
     assert json.loads((Path(result.best_checkpoint) / "state.json").read_text())["epoch"] == 0
     assert result.summary["best"]["checkpoint_metrics"] == {"metric": "epoch", "value": 0, "training_iteration": 1}
@@ -86,6 +89,14 @@ def test_ddp_trials_resume_a_worker_crash_on_all_ranks_and_asha_releases_their_w
     # resources, so Ray Train never started it (a named, detached actor: still listed if it ever ran).
     assert not [a for a in ray_local.util.list_named_actors(all_namespaces=True)
                 if a["name"] == "AutoscalingCoordinator"]
+
+
+def _checkpoint_epoch(folder: Path) -> int | None:
+    """The epoch a ddp_probe checkpoint holds, or None for a folder whose state.json is gone (being deleted)."""
+    try:
+        return json.loads((folder / "state.json").read_text())["epoch"]
+    except FileNotFoundError:
+        return None
 
 
 @pytest.mark.slow
