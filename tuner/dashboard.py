@@ -140,7 +140,8 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
     columns = [f"score_{m}" if f"score_{m}" in exp.trials else f"last_{m}" for m in objectives]
     dists = _distributions(exp)
     rows = {row["trial_id"]: row for _, row in exp.trials.iterrows()}
-    order = [t for t in exp.created if t in rows] + [t for t in rows if t not in set(exp.created)]
+    created = set(exp.created)
+    order = [t for t in exp.created if t in rows] + [t for t in rows if t not in created]
     history = exp.history
     started = _time(exp.started) or datetime.datetime.fromtimestamp(exp.path.stat().st_mtime)
     folders = trial_folders(exp.path)
@@ -237,8 +238,7 @@ class ExperimentStorage(BaseStorage):
         self._lock = threading.Lock()
         self._studies: list[_Study] = []
         self._read_at = -math.inf
-        find_experiments(self._paths)  # refuses a missing folder now
-        self._refresh()
+        self._refresh()  # refuses a missing folder now (find_experiments)
 
     # ------------------------------------------------------------------ reading the folders
 
@@ -342,11 +342,11 @@ def read_only(app: Callable) -> Callable:
     return wrapped
 
 
-def make_server(paths: Sequence[str | os.PathLike], host: str = "127.0.0.1", port: int = 8080) -> Any:
-    """optuna-dashboard's WSGI app over :class:`ExperimentStorage`, read-only, on a threaded server.
+def make_server(storage: ExperimentStorage, host: str = "127.0.0.1", port: int = 8080) -> Any:
+    """optuna-dashboard's WSGI app over an :class:`ExperimentStorage`, read-only, on a threaded server.
 
     Args:
-        paths: Experiment folders, or storage folders that hold them.
+        storage: The experiments to serve.
         host: The address to bind.
         port: The port; 0 picks a free one (``server.server_port`` tells which).
 
@@ -354,7 +354,7 @@ def make_server(paths: Sequence[str | os.PathLike], host: str = "127.0.0.1", por
         A ``wsgiref`` server, bound, not yet serving (``serve_forever``; ``shutdown`` and ``server_close``).
 
     Raises:
-        DashboardError: If optuna-dashboard is not installed, or a path is not a folder.
+        DashboardError: If optuna-dashboard is not installed.
     """
     from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -374,7 +374,7 @@ def make_server(paths: Sequence[str | os.PathLike], host: str = "127.0.0.1", por
             pass
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    app = read_only(wsgi(ExperimentStorage(paths)))
+    app = read_only(wsgi(storage))
     return wsgi_server(host, port, app, server_class=Server, handler_class=QuietHandler)
 
 
@@ -382,10 +382,11 @@ def serve(paths: Sequence[str | os.PathLike], host: str, port: int, echo: Callab
     """Serve the dashboard until Ctrl-C, then stop cleanly.
 
     Raises:
-        DashboardError: As :func:`make_server`.
+        DashboardError: If a path is not a folder (:func:`find_experiments`), or as :func:`make_server`.
     """
-    server = make_server(paths, host, port)
-    studies = len(find_experiments(paths))
+    storage = ExperimentStorage(paths)
+    server = make_server(storage, host, port)
+    studies = len(storage.get_all_studies())
     shown = "[" + host + "]" if ":" in host else host
     if host not in ("127.0.0.1", "localhost", "::1"):
         echo(f"tuner: note: the dashboard has no authentication: anyone who can reach {shown}:{server.server_port} "
