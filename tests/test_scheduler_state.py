@@ -172,21 +172,27 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2", "--storage",
                              str(exp.parent)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+    waiting = ["the run's start"]  # what the last look waited for, for the message of a run that never gets there
+
     def quiet_save() -> tuple | None:
         """The newest scheduler-state file's (name, size, mtime) when the saved states show every running trial
         held, else None."""
         held = held_trials(gate)
         state = saved_state(exp) if held else None
         now = statuses(exp) if state else {}
+        waiting[0] = f"held {held}, experiment state {now}, scheduler state {bool(state)}"
         if not now or {t for t, s in now.items() if s == "RUNNING"} != set(held):
             return None
         if any(saved_iterations(exp).get(t) != n for t, n in held.items()):
-            return None  # saved before the held trials' last results
+            waiting[0] = f"the held trials' last results saved: {saved_iterations(exp)} for held {held}"
+            return None
         settled = set(state["paused"]) | set(state["terminated"])
         if not set(now) <= set(state["trials"]) or settled & set(held) or \
                 not {t for t, s in now.items() if s in ("PAUSED", "TERMINATED")} <= settled:
+            waiting[0] = f"the scheduler state to agree: {now} against {state}"
             return None
         if not snapshots_current(exp):
+            waiting[0] = "tuner's snapshots of the newest state files (.tuner_state/)"
             return None
         newest = sorted(exp.glob(CALLBACK_STATE_GLOB))[-1].stat()
         return newest.st_size, newest.st_mtime_ns
@@ -195,7 +201,7 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
         deadline = time.monotonic() + 900  # generous: the run's own pace sets when the gate opens
         while not until():
             assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-3000:]}"
-            assert time.monotonic() < deadline, f"the run did not reach {what}"
+            assert time.monotonic() < deadline, f"the run did not reach {what}; waiting for {waiting[0]}"
             time.sleep(0.2)
 
     try:

@@ -389,17 +389,40 @@ class StateSnapshots(Callback):
     the driver's time). Each file is read once, and the bytes that were whole are the bytes
     copied.
 
+    A look waits for a new save: once the period is over, each step only checks the size and
+    modification time of the files the last look found, and looks when one changed. Ray saves in
+    the same step, before the callbacks, but its syncer writes the files into the experiment
+    folder from a thread; with its period and this one both 2 s, a look at a fixed rate could
+    land just before every write and always copy the save before (seen: a run held for 15
+    minutes whose snapshot never caught up). So the period is 1 s, half tuner's
+    ``TUNE_GLOBAL_CHECKPOINT_S``: every save is copied within a step of landing.
+
     Args:
         experiment_path: The experiment folder.
         period_s: Seconds between two snapshots, at least.
     """
 
-    def __init__(self, experiment_path: str | os.PathLike, period_s: float = 2.0):
+    def __init__(self, experiment_path: str | os.PathLike, period_s: float = 1.0):
         self.path = Path(experiment_path)
         self.period_s = period_s
         self._last = 0.0
         self._wait_s = period_s
         self._copied: dict[str, tuple] = {}  # glob -> (name, size, mtime_ns) of the file last copied
+        self._found: dict[str, Path] = {}  # glob -> the newest file the last look found
+
+    def _changed(self) -> bool:
+        """Whether a file the last look found changed since (or it never looked): a few ``stat`` calls,
+        not a listing of the folder (which grows with the trials)."""
+        if not self._found:
+            return True
+        for glob, path in self._found.items():
+            try:
+                st = path.stat()
+            except OSError:
+                return True
+            if (path.name, st.st_size, st.st_mtime_ns) != self._copied.get(glob):
+                return True
+        return False
 
     def _snapshot(self) -> None:
         for glob, whole in STATE_KINDS:
@@ -409,6 +432,7 @@ class StateSnapshots(Callback):
         newest = newest_state_file(self.path, glob)
         if newest is None:
             return
+        self._found[glob] = newest
         try:
             st = newest.stat()  # before the read: a file rewritten in between is copied again next time
             key = (newest.name, st.st_size, st.st_mtime_ns)
@@ -431,7 +455,7 @@ class StateSnapshots(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         now = _monotonic()
-        if now - self._last >= self._wait_s:
+        if now - self._last >= self._wait_s and self._changed():
             self._snapshot()
             self._last = _monotonic()
             self._wait_s = max(self.period_s, 19 * (self._last - now))
@@ -445,7 +469,7 @@ class StateSnapshots(Callback):
     def __setstate__(self, state: dict) -> None:
         # Also a snapshotter pickled by an earlier tuner (in tuner.pkl), which kept "_last" too.
         self.path, self.period_s = Path(state["path"]), state["period_s"]
-        self._last, self._wait_s, self._copied = 0.0, self.period_s, {}
+        self._last, self._wait_s, self._copied, self._found = 0.0, self.period_s, {}, {}
 
 
 def check_state(experiment_path: str | os.PathLike) -> None:
