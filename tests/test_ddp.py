@@ -230,6 +230,9 @@ def test_mnist_ddp_spec_runs(ray_local, tmp_path):
                param_space={"epochs": 1, "limit_train": 800})
     summary = json.loads((tmp_path / "mnist-ddp" / "summary.json").read_text())
     assert summary["best"]["metrics"]["val_accuracy"] > 0.5
+    from tests.test_shipped_specs import assert_dashboard_shows
+
+    assert_dashboard_shows(tmp_path / "mnist-ddp")  # a DDP trial's results are Ray Train's, read the same way
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ def test_main_job_reaches_098(tmp_path, run_cli):
     assert s["trials"] == {"total": 8, "by_status": {"TERMINATED": 8}}
     assert s["best"]["metrics"]["val_accuracy"] >= 0.98
     assert_best_is_the_tables_best_row(tmp_path / "mnist-asha", s)
+    assert_dashboard_shows(tmp_path / "mnist-asha")
     assert f"Best trial {s['best']['trial_id']}: val_accuracy=" in proc.stdout
 
 
@@ -43,6 +44,7 @@ def test_each_searcher_spec_runs(ray_local, tmp_path, name):
     s = summary(exp)
     assert s["trials"]["by_status"] == {"TERMINATED": s["trials"]["total"]}
     assert_best_is_the_tables_best_row(exp, s)
+    assert_dashboard_shows(exp)
     assert 0.2 < s["best"]["metrics"]["val_accuracy"] <= 1, "well above chance (0.1) after 2 epochs on 400 digits"
     assert 0 < s["best"]["metrics"]["val_loss"] < 2.3, "below the loss of a uniform guess, ln 10"
     if name == "mnist_conditional":
@@ -71,6 +73,7 @@ def test_multiobjective_spec_runs_and_finds_a_front(ray_local, tmp_path):
     assert [t["trial_id"] for t in yaml.safe_load((exp / "pareto_configs.yaml").read_text())] == \
         [t["trial_id"] for t in result.pareto_front]
     assert_best_is_the_tables_best_row(exp, s)
+    assert_dashboard_shows(exp)
 
 
 def assert_best_is_the_tables_best_row(exp, s):
@@ -96,6 +99,45 @@ def assert_best_is_the_tables_best_row(exp, s):
     assert yaml.safe_load((exp / "best_config.yaml").read_text()) == best["config"]
 
 
+def assert_dashboard_shows(exp):
+    """`tuner dashboard`'s study of the experiment, after the run: every trial of results.csv once, as COMPLETE (or
+    PRUNED when a scheduler stopped it early), with the score results.csv ranks it by, its sampled parameters
+    (the active ones only, as results.csv has them) and a learning curve; the study's directions are the
+    objectives' modes, and Optuna's own best trial (or Pareto front) over it is tuner's."""
+    import math
+
+    import optuna
+    import pandas as pd
+    from optuna.trial import TrialState
+
+    from tuner.dashboard import ExperimentStorage
+    from tuner.report import load_experiment
+
+    s, info = summary(exp), load_experiment(exp)
+    storage = ExperimentStorage([exp])
+    [study] = storage.get_all_studies()
+    modes = [o["mode"] for o in s.get("objectives") or []] or [s["mode"]]
+    assert [d.name for d in study.directions] == ["MAXIMIZE" if m == "max" else "MINIMIZE" for m in modes]
+    table = pd.read_csv(exp / "results.csv", dtype={"trial_id": str}).set_index("trial_id")
+    trials = {t.user_attrs["trial_id"]: t for t in storage.get_all_trials(study._study_id)}
+    assert sorted(trials) == sorted(table.index)
+    score = f"score_{info.metric}" if f"score_{info.metric}" in table else info.metric
+    for trial_id, t in trials.items():
+        row = table.loc[trial_id]
+        assert t.state == (TrialState.PRUNED if info.trials.set_index("trial_id").loc[trial_id, "stopped_early"]
+                           and len(modes) == 1 else TrialState.COMPLETE), (trial_id, t.state)
+        if t.state == TrialState.COMPLETE:
+            assert t.values[0] == pytest.approx(row[score])
+        active = {k[len("config/"):] for k, v in row.items() if k.startswith("config/") and not pd.isna(v)}
+        assert set(t.params) == active & set(info.params), trial_id
+        assert t.intermediate_values and all(math.isfinite(v) for v in t.intermediate_values.values())
+    loaded = optuna.load_study(study_name=study.study_name, storage=storage)
+    if len(modes) > 1:
+        assert {t.user_attrs["trial_id"] for t in loaded.best_trials} == {t["trial_id"] for t in s["pareto_front"]}
+    elif trials[s["best"]["trial_id"]].state == TrialState.COMPLETE:  # Optuna ranks the COMPLETE trials only
+        assert loaded.best_trial.user_attrs["trial_id"] == s["best"]["trial_id"]
+
+
 def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli, on_session_ray):
     """The tutorial spec runs on a tiny folder in the CIFAR-10 python format (through the CLI, on the
     session's Ray; one trial at a time, so one trial actor imports torch and the example)."""
@@ -109,6 +151,7 @@ def test_cifar_tutorial_on_a_generated_folder(tmp_path, run_cli, on_session_ray)
     s = summary(tmp_path / "runs" / "cifar-tutorial")
     assert s["trials"] == {"total": 2, "by_status": {"TERMINATED": 2}}
     assert {"l1", "l2", "lr", "batch_size"} <= set(s["best"]["config"])
+    assert_dashboard_shows(tmp_path / "runs" / "cifar-tutorial")
 
 
 def test_pbt_spec_runs_and_exploits(ray_local, tmp_path):
@@ -131,6 +174,7 @@ def test_pbt_spec_runs_and_exploits(ray_local, tmp_path):
     assert s["trials"] == {"total": 4, "by_status": {"TERMINATED": 4}}
     assert saved_scheduler(exp)["_num_perturbations"] >= 1, "a trial was exploited"
     assert_best_is_the_tables_best_row(exp, s)
+    assert_dashboard_shows(exp)
 
 
 def test_resnet_gpu_spec_runs_on_cpu(ray_local, tmp_path):
@@ -148,3 +192,4 @@ def test_resnet_gpu_spec_runs_on_cpu(ray_local, tmp_path):
     config = s["best"]["config"]
     assert config["data_dir"] is None and config["width"] == 8 and 1e-2 <= config["lr"] <= 2e-1
     assert 0 <= s["best"]["metrics"]["val_accuracy"] <= 1 and s["best"]["metrics"]["params_count"] > 0
+    assert_dashboard_shows(exp)

@@ -37,7 +37,7 @@ from tuner.errors import InputError
 __all__ = ["ExperimentStorage", "find_experiments", "study_trials", "serve", "DashboardError", "INSTALL"]
 
 #: Seconds between two reads of an experiment's files: a new report shows within this, plus the page's own poll.
-REFRESH_S = 2.0
+REFRESH_S = 1.0
 #: A trial's id in the dashboard: its study's id times this, plus its number.
 TRIAL_ID_STRIDE = 10**6
 #: The study system attribute that ``optuna.Study.set_metric_names`` sets (Optuna 5), which the dashboard
@@ -130,7 +130,9 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
         (TERMINATED is COMPLETE, or PRUNED for a trial a scheduler stopped early; ERROR is FAIL;
         RUNNING and PAUSED are RUNNING); a COMPLETE trial's value, or one value per objective, by the
         experiment's ``best.scope``; the first objective's value at each iteration as its intermediate
-        values; user attributes ``trial_id``, ``status`` (Ray's), ``iterations``, ``folder``; with constraints, their
+        values; user attributes ``trial_id``, ``status`` (Ray's), ``iterations``, ``folder``, ``seed``
+        (``tuner.trial.seed()``, with a spec's ``seed``) and ``best_checkpoint`` (``summary.json``'s,
+        once the run wrote it); with constraints, their
         violations (``<= 0`` feasible) under the ``constraints`` system attribute, which
         optuna-dashboard reads. A COMPLETE trial with a value that is not a finite number shows as FAIL.
     """
@@ -145,6 +147,7 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
     history = exp.history
     started = _time(exp.started) or datetime.datetime.fromtimestamp(exp.path.stat().st_mtime)
     folders = trial_folders(exp.path)
+    checkpoints = (exp.summary or {}).get("checkpoints") or {}
     out = []
     for number, trial_id in enumerate(order):
         row = rows[trial_id]
@@ -173,15 +176,41 @@ def study_trials(exp: Any, study_id: int) -> list[FrozenTrial]:
             system["constraints"] = [c.violation(plain(row.get(f"last_{c.metric}"))) for c in exp.constraints]
         seconds = plain(row.get("time_total_s"))
         start = _created(folders.get(trial_id)) or started
+        attrs = {"trial_id": trial_id, "status": status, "iterations": int(plain(row.get("iterations")) or 0),
+                 "folder": str(folders[trial_id]) if trial_id in folders else ""}
+        seed = _seed(exp, trial_id, plain(row.get("trial_seed")), folders.get(trial_id))
+        if seed is not None:
+            attrs["seed"] = seed
+        if (checkpoints.get(trial_id) or {}).get("checkpoint"):
+            attrs["best_checkpoint"] = checkpoints[trial_id]["checkpoint"]
         out.append(FrozenTrial(
             number=number, state=state, value=None, values=values,
             datetime_start=None if state == TrialState.WAITING else start,
             datetime_complete=start + datetime.timedelta(seconds=float(seconds or 0)) if state.is_finished() else None,
             params=params, distributions={k: dists[k] for k in params},
-            user_attrs={"trial_id": trial_id, "status": status, "iterations": int(plain(row.get("iterations")) or 0),
-                        "folder": str(folders[trial_id]) if trial_id in folders else ""},
+            user_attrs=attrs,
             system_attrs=system, intermediate_values=inter, trial_id=study_id * TRIAL_ID_STRIDE + number))
     return out
+
+
+def _seed(exp: Any, trial_id: str, recorded: Any, folder: Path | None) -> int | None:
+    """A trial's seed (``tuner.trial.seed()``) as ``results.csv`` records it: that column once the run wrote it;
+    while it runs, :func:`tuner.seeds.seed_of_trial` of the spec's ``seed`` and the config the trial started
+    with (its ``params.json``); None without a ``seed`` in the spec (``results.csv`` has no column then)."""
+    import json
+
+    from tuner.layout import PARAMS_FILE
+    from tuner.seeds import seed_of_trial
+
+    if recorded is not None:
+        return int(recorded)
+    if exp.spec is None or exp.spec.seed is None or folder is None:
+        return None
+    try:
+        config = json.loads((folder / PARAMS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return seed_of_trial(exp.spec.seed, trial_id, config) if isinstance(config, dict) else None
 
 
 def _created(folder: Path | None) -> datetime.datetime | None:
@@ -269,7 +298,8 @@ class ExperimentStorage(BaseStorage):
                 directions = [StudyDirection.MAXIMIZE if m == "max" else StudyDirection.MINIMIZE for m in modes]
                 name = s.path.name if names.count(s.path.name) == 1 else f"{s.path.parent.name}/{s.path.name}"
                 metrics = [o.metric for o in exp.objectives] or [exp.metric or "value"]
-                s.study = FrozenStudy(name, None, {"path": str(s.path), "status": exp.status},
+                s.study = FrozenStudy(name, None, {"path": str(s.path), "status": exp.status,
+                                                      "best_trial": exp.best_trial},
                                       {METRIC_NAMES_ATTR: metrics}, study_id, directions=directions)
                 s.trials = study_trials(exp, study_id)
                 s.signature = signature
