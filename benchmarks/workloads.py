@@ -722,3 +722,17 @@ def mfh6_objective(config: dict) -> None:
     xs = tuple(float(config[f"X_{i}"]) for i in range(6))
     max_t = int(config["max_t"])
     _charged_steps(config, lambda t: mf_hartmann6(xs, t, z_max=max_t), mf_hartmann6(xs, max_t, z_max=max_t), max_t)
+
+
+# --------------------------------------------------------------------------- the dashboard's delay
+
+
+def clock_reports(config: dict) -> None:
+    """``config["reports"]`` reports, one every ``config["interval_s"]`` seconds, each of ``reported_at``: the
+    wall-clock time it was made (``time.time()``, seconds), so a reader of the results sees how old a report is
+    (``benchmarks/dashboard.py``)."""
+    from ray import tune
+
+    for _ in range(int(config["reports"])):
+        time.sleep(float(config["interval_s"]))
+        tune.report({"reported_at": time.time()})

@@ -152,6 +152,17 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli, on_session_ray
     listed = run_cli("list", storage, env=env)
     assert listed.returncode == 0, listed.stderr
     assert "cloud" in listed.stdout
+    # dashboard serves the bucket through the same local mirror: the experiment's study and its 3 trials.
+    from tests.test_dashboard import Dashboard
+
+    dash = Dashboard(storage, env=env)
+    try:
+        assert "1 experiment in s3://tuner-test/runs;" in dash.lines[-1], dash.lines  # the URI's query left out
+        study = dash.studies()["cloud"]
+        assert sorted(t["state"] for t in dash.trials(study["study_id"])) == ["Complete"] * 3
+    finally:
+        code, _, err = dash.stop()
+    assert code == 0, err
 
     # export copies the best trial's best checkpoint from the bucket (loss falls: epoch 2's).
     out = tmp_path / "exported"
@@ -192,6 +203,14 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
             "'request_timeout'.") in proc.stderr
     # Nothing written: the run records, the lock and the mirror go under TUNER_CACHE_DIR.
     assert not mirror.exists(), sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*"))
+    # tuner dashboard on the unreachable bucket: the same one paragraph, exit 2, before it serves; no mirror.
+    proc = run_cli("dashboard", storage, "--port", "0", env=env)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("tuner: error: tuner dashboard: cannot download s3://tuner-test/runs: "), proc.stderr
+    assert proc.stderr.endswith("Could not connect to server. Check the URI and the credentials of this machine "
+                                "(AWS_* variables, GOOGLE_APPLICATION_CREDENTIALS, ...).\n"), proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert not mirror_dir(storage).exists()
 
 
 @pytest.mark.slow

@@ -119,6 +119,13 @@ def test_sigkill_the_driver_repeatedly_then_resume_while_the_lock_refuses_others
         assert lines_of_progress(exp) < 6 * 6, "killed with work left"
     finally:
         proc.kill()
+    # A dashboard open across the resumes (tuner.dashboard's storage, read before and after): the same study.
+    from tuner.dashboard import ExperimentStorage
+
+    clock = [0.0]  # its refresh period's clock, moved on by the test
+    dashboard = ExperimentStorage([exp], clock=lambda: clock[0])
+    killed = {t.user_attrs["trial_id"]: t.number for t in dashboard.get_all_trials(0)}
+    assert killed and [s.study_name for s in dashboard.get_all_studies()] == ["steady"]
     first, second = start("resume", exp, "--num-cpus", "2"), start("resume", exp, "--num-cpus", "2")
     outs = {p.pid: p.communicate(timeout=300) for p in (first, second)}
     codes = sorted((p.returncode, p.pid) for p in (first, second))
@@ -129,6 +136,12 @@ def test_sigkill_the_driver_repeatedly_then_resume_while_the_lock_refuses_others
     assert len(df) == 6 and df["trial_id"].is_unique, "every trial once"
     assert set(df["status"]) == {"TERMINATED"}
     assert (df["training_iteration"] == 6).all() and (df["epoch"] == 5).all()
+    clock[0] += 60  # the next read is due
+    resumed = {t.user_attrs["trial_id"]: (t.number, t.state.name) for t in dashboard.get_all_trials(0)}
+    assert [s.study_name for s in dashboard.get_all_studies()] == ["steady"], "the same study, not a new one"
+    assert sorted(resumed) == sorted(df["trial_id"]) and sorted(n for n, _ in resumed.values()) == list(range(6))
+    assert {t: resumed[t][0] for t in killed} == killed, "a trial keeps its number across the resumes"
+    assert {state for _, state in resumed.values()} == {"COMPLETE"}
     for trial_dir in exp.glob("steady_*"):
         iters = [json.loads(line)["training_iteration"] for line in (trial_dir / "result.json").read_text().splitlines()]
         assert iters == sorted(iters), f"iterations never go backwards: {iters}"

@@ -414,7 +414,8 @@ def list_command(storage) -> None:
 def dashboard(paths, port, host) -> None:
     """Serve a live web dashboard (optuna-dashboard) of every experiment under PATH (default: runs).
 
-    PATH is an experiment folder or a storage folder that holds experiments. Each experiment is one
+    PATH is an experiment folder, a storage folder that holds experiments, or a cloud storage URI
+    (s3://..., served from its local mirror, synced every 10 s). Each experiment is one
     study, whatever its searcher; the page reads the experiments' own files, so a running one shows
     each report within seconds, and nothing is written. Read-only. Needs pip install -e ".[dashboard]".
     """

@@ -4,7 +4,8 @@ Every experiment is one Optuna study, whatever its searcher (grid, random, BOHB,
 dashboard reads the experiment's own files (:func:`tuner.report.load_experiment`, as ``tuner report``
 does), so a run records nothing more and costs nothing more, an older experiment shows as it is, and a
 running or resumed one shows each new report at the next refresh (every :data:`REFRESH_S` seconds).
-Nothing is written into the experiment folders.
+Nothing is written into the experiment folders. A cloud storage (``s3://...``) is served through its
+local mirror (:class:`CloudMirror`), synced every :data:`CLOUD_REFRESH_S` seconds.
 
 :class:`ExperimentStorage` is a read-only Optuna storage (``optuna.storages.BaseStorage``, Optuna 5)
 over the folders; :func:`serve` hands it to ``optuna_dashboard.wsgi`` (optuna-dashboard 0.21) behind a
@@ -32,12 +33,14 @@ from optuna.study import StudyDirection
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.errors import InputError
+from tuner.errors import InputError, StorageError
 
-__all__ = ["ExperimentStorage", "find_experiments", "study_trials", "serve", "DashboardError", "INSTALL"]
+__all__ = ["ExperimentStorage", "CloudMirror", "find_experiments", "study_trials", "serve", "DashboardError", "INSTALL"]
 
 #: Seconds between two reads of an experiment's files: a new report shows within this, plus the page's own poll.
 REFRESH_S = 1.0
+#: Seconds between two syncs of a cloud storage's local mirror (each lists the cloud folder's files).
+CLOUD_REFRESH_S = 10.0
 #: A trial's id in the dashboard: its study's id times this, plus its number.
 TRIAL_ID_STRIDE = 10**6
 #: The study system attribute that ``optuna.Study.set_metric_names`` sets (Optuna 5), which the dashboard
@@ -61,17 +64,16 @@ def find_experiments(paths: Iterable[str | os.PathLike]) -> list[Path]:
     experiment directly inside a storage folder (as ``tuner list`` finds them), sorted by name.
 
     Raises:
-        DashboardError: If a path does not exist, is not a folder, or is a cloud URI (not served yet).
+        DashboardError: If a path does not exist, is not a folder, or is a cloud URI (:class:`CloudMirror`'s).
     """
     from tuner.report.loading import is_experiment
-    from tuner.storage import is_remote
+    from tuner.storage import display, is_remote
 
     found: list[Path] = []
     for raw in paths:
-        if is_remote(str(raw)):
-            raise DashboardError(f"{raw}: a cloud storage is not served yet; `tuner report {raw}/NAME` downloads "
-                                 "one experiment into its local mirror (~/.cache/tuner/storage/...), and "
-                                 "`tuner dashboard` serves that folder as it was then.", "tuner dashboard")
+        if is_remote(str(raw)):  # ExperimentStorage serves a cloud storage through its local mirror
+            raise DashboardError(f"{display(str(raw))}: a cloud URI is served through its local mirror "
+                                 "(ExperimentStorage), not listed here.", "tuner dashboard")
         path = Path(raw).expanduser()
         if not path.is_dir():
             raise DashboardError(f"{path} is not a folder; give experiment folders or the storage folders that "
@@ -237,6 +239,47 @@ def _signature(path: Path) -> tuple:
     return (newest,)
 
 
+class CloudMirror:
+    """A cloud storage folder (``s3://``, ``gs://``, ...) as the dashboard serves it: its local mirror
+    (:func:`tuner.storage.mirror_dir`, the folder ``tuner report`` downloads into), synced at most every
+    :data:`CLOUD_REFRESH_S` seconds. The location is an experiment, or a storage folder whose
+    experiments are each downloaded; checkpoints are not (:func:`tuner.storage.download`), and a file
+    already in the mirror with the cloud object's size and time is not copied again.
+
+    Args:
+        location: The cloud URI (its query, e.g. ``endpoint_override``, as in a spec's ``storage``).
+    """
+
+    def __init__(self, location: str):
+        from tuner.storage import mirror_dir
+
+        self.location = location
+        self.path = mirror_dir(location)
+        self._synced_at = -math.inf
+
+    def sync(self, now: float) -> None:
+        """Download what changed, unless the last sync is under :data:`CLOUD_REFRESH_S` seconds old.
+
+        Raises:
+            tuner.storage.StorageError: The location cannot be listed or read (no credentials, no network).
+        """
+        from tuner.report.loading import is_experiment
+        from tuner.storage import download, experiments_mirror, join
+
+        if now - self._synced_at < CLOUD_REFRESH_S:
+            return
+        self._synced_at = now
+        download(self.location, self.path, top_level=True)
+        self.path.mkdir(parents=True, exist_ok=True)  # an empty storage shows no experiment yet, as a local one
+        if is_experiment(self.path):
+            download(self.location, self.path)
+            return
+        experiments_mirror(self.location)  # each folder's top-level files: which of them are experiments
+        for folder in sorted(self.path.iterdir()):
+            if not folder.name.startswith(".") and is_experiment(folder):
+                download(join(self.location, folder.name), folder)
+
+
 @dataclass
 class _Study:
     path: Path
@@ -254,15 +297,19 @@ class ExperimentStorage(BaseStorage):
     experiment's name (``<storage>/<name>`` where two share one). Every write raises.
 
     Args:
-        paths: Experiment folders, or storage folders that hold them.
+        paths: Experiment folders, or storage folders that hold them; a cloud URI is served from its local mirror.
         clock: Seconds, for the refresh period (``time.monotonic``).
 
     Raises:
         DashboardError: If a path does not exist or is not a folder.
+        DashboardError: If a cloud URI cannot be read at the start (its mirror's first sync).
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], clock: Callable[[], float] = time.monotonic):
+        from tuner.storage import is_remote
+
         self._paths = list(paths)
+        self._mirrors = {i: CloudMirror(str(p)) for i, p in enumerate(self._paths) if is_remote(str(p))}
         self._clock = clock
         self._lock = threading.Lock()
         self._studies: list[_Study] = []
@@ -274,14 +321,23 @@ class ExperimentStorage(BaseStorage):
     def _refresh(self) -> None:
         from tuner.report import load_experiment
         from tuner.report.loading import ReportError
+        from tuner.storage import CREDENTIALS_HINT
 
         with self._lock:
             now = self._clock()
             if now - self._read_at < REFRESH_S:
                 return
-            self._read_at = now
+            first, self._read_at = self._read_at == -math.inf, now
+            for mirror in self._mirrors.values():
+                try:
+                    mirror.sync(now)
+                except StorageError as err:
+                    if first:  # before serving: the one-paragraph error, exit 2
+                        raise DashboardError(f"{err}. {CREDENTIALS_HINT}.", "tuner dashboard") from None
+                    # later: the last mirror is served until the cloud answers again
+            local = [self._mirrors[i].path if i in self._mirrors else p for i, p in enumerate(self._paths)]
             known = {s.path for s in self._studies}
-            for path in find_experiments(self._paths):
+            for path in find_experiments(local):
                 if path not in known:
                     self._studies.append(_Study(path, FrozenStudy(path.name, StudyDirection.MINIMIZE, {}, {},
                                                                   len(self._studies))))
@@ -414,6 +470,8 @@ def serve(paths: Sequence[str | os.PathLike], host: str, port: int, echo: Callab
     Raises:
         DashboardError: If a path is not a folder (:func:`find_experiments`), or as :func:`make_server`.
     """
+    from tuner.storage import display
+
     storage = ExperimentStorage(paths)
     server = make_server(storage, host, port)
     studies = len(storage.get_all_studies())
@@ -421,9 +479,9 @@ def serve(paths: Sequence[str | os.PathLike], host: str, port: int, echo: Callab
     if host not in ("127.0.0.1", "localhost", "::1"):
         echo(f"tuner: note: the dashboard has no authentication: anyone who can reach {shown}:{server.server_port} "
              "can read every experiment it serves.")
-    echo(f"Dashboard: http://{shown}:{server.server_port}/dashboard/ ({studies} experiment"
-         f"{'s' if studies != 1 else ''} in {', '.join(str(p) for p in paths)}; Ctrl-C stops it)")
-    try:
+    try:  # the URL printed inside: a Ctrl-C as soon as it shows stops the dashboard cleanly too
+        echo(f"Dashboard: http://{shown}:{server.server_port}/dashboard/ ({studies} experiment"
+             f"{'s' if studies != 1 else ''} in {', '.join(display(str(p)) for p in paths)}; Ctrl-C stops it)")
         server.serve_forever()
     except KeyboardInterrupt:
         pass

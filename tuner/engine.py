@@ -357,13 +357,12 @@ def _check_remote(spec: Spec) -> bool:
         StorageError: The bucket cannot be listed; the message points at ``storage`` in the
             spec (or the option that gave it), as a SpecError would.
     """
-    from tuner.storage import StorageError, is_empty
+    from tuner.storage import CREDENTIALS_HINT, StorageError, is_empty
 
     try:
         return is_empty(spec_location(spec))
     except StorageError as err:
-        raise StorageError(str(spec.error("storage", f"{err}. Check the URI and the credentials of this machine "
-                                          "(AWS_* variables, GOOGLE_APPLICATION_CREDENTIALS, ...); every Ray node "
+        raise StorageError(str(spec.error("storage", f"{err}. {CREDENTIALS_HINT}; every Ray node "
                                           "needs them too."))) from None
 
 

@@ -31,10 +31,13 @@ from urllib.parse import urlsplit
 from tuner.errors import StorageError  # defined with the other errors; imported from here too
 from tuner.layout import CHECKPOINT_PREFIX, DOWNLOAD_SUFFIX, LOCK_FILE, TMP_SUFFIX
 
-__all__ = ["REMOTE_SCHEMES", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
+__all__ = ["REMOTE_SCHEMES", "CREDENTIALS_HINT", "is_remote", "join", "display", "parent_and_name", "mirror_dir",
            "experiments_mirror", "filesystem", "is_empty", "list_names", "write_text", "read_text",
            "download", "upload", "to_uri", "copy_tree", "delete_tree", "StorageError"]
 
+#: What to check when a cloud URI cannot be reached: the end of each such error's message.
+CREDENTIALS_HINT = ("Check the URI and the credentials of this machine (AWS_* variables, "
+                    "GOOGLE_APPLICATION_CREDENTIALS, ...)")
 #: URI schemes pyarrow.fs opens as a cloud or cluster filesystem (``FileSystem.from_uri``).
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
