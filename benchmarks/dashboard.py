@@ -115,19 +115,24 @@ def delay(folder: Path, trials: int, reports: int, interval_s: float, num_cpus: 
     runs = folder / "live-runs"
     runs.mkdir()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    dash = subprocess.Popen([sys.executable, "-m", "tuner", "dashboard", str(runs), "--port", "0"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    errors = folder / "dashboard.err"  # a file, not a pipe nobody reads while it runs
+    with errors.open("w") as err:
+        dash = subprocess.Popen([sys.executable, "-m", "tuner", "dashboard", str(runs), "--port", "0"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     line = dash.stdout.readline() if dash.stdout else ""
     port = re.search(r":(\d+)/dashboard/", line)
-    assert port, (line, dash.stderr.read() if dash.stderr else "")
+    assert port, (line, errors.read_text())
     run = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--storage", str(runs),
                             "--num-cpus", str(num_cpus)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, env=env)
+                           stderr=subprocess.DEVNULL, env=env)
     seen: dict[tuple[int, int], float] = {}
     delays = []
     base = f"http://127.0.0.1:{port.group(1)}/api"
+    ended_at = None
     try:
-        while run.poll() is None:
+        while len(seen) < trials * reports and (ended_at is None or time.monotonic() - ended_at < 10):
+            if ended_at is None and run.poll() is not None:
+                ended_at = time.monotonic()  # the last reports: up to 10 s more to show
             try:
                 with urllib.request.urlopen(f"{base}/studies", timeout=60) as response:
                     studies = json.loads(response.read())["study_summaries"]
@@ -146,8 +151,14 @@ def delay(folder: Path, trials: int, reports: int, interval_s: float, num_cpus: 
             time.sleep(0.05)
     finally:
         run.wait()
-        dash.send_signal(2)
-        dash.communicate(timeout=60)
+        dash.send_signal(2)  # Ctrl-C
+        try:
+            dash.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["py-spy", "dump", "--pid", str(dash.pid)], check=False)
+            dash.kill()
+            print(f"the dashboard did not stop on Ctrl-C; its stderr: {errors.read_text()[-3000:]}", flush=True)
+            raise
     delays.sort()
     return {"reports_seen": len(delays), "reports_made": trials * reports, "interval_s": interval_s,
             "median_s": statistics.median(delays) if delays else None,

@@ -709,3 +709,17 @@ def test_gpu_suite_amp_steps_go_through_tuners_helpers_and_the_data_table():
     assert rows[0].startswith("| loader | resident |") and len(rows) == 4
     assert all(r.endswith(f"| {g.DRY_LABEL} |") for r in rows[1:]) and rows[3].split(" | ")[1] == "yes"
     assert "Data to the device" in lines[1] and "(dry run (CPU), not a GPU figure)" in lines[1]
+
+
+def test_dashboard_benchmark_reads_a_real_experiment_and_writes_its_table(ray_local, tmp_path):
+    """benchmarks/dashboard.py's reads, on a real 3-trial experiment (on the session's Ray), and its section;
+    its live part (a `tuner run` and a `tuner dashboard`) is what tests/test_dashboard.py runs."""
+    from benchmarks.dashboard import read_time, section
+
+    scale = read_time(tmp_path, trials=3, num_cpus=2, repeats=1)
+    assert scale["trials"] == 3 and scale["folder_bytes"] > 0
+    live = {"reports_seen": 6, "reports_made": 6, "interval_s": 1.0, "median_s": 1.5, "p90_s": 2.0, "max_s": 2.5}
+    text = section(scale, live, "Machine: here.")
+    rows = _table_rows(text, "the") + _table_rows(text, "a refresh")
+    assert len(rows) == 4 and all(re.search(r"\| [\d,]+ ms \|$", r) for r in rows), text
+    assert "median 1.50 s after the report" in text and "within about 4.5 s" in text

@@ -255,3 +255,43 @@ def test_a_missing_folder_or_a_missing_extra_exits_2_before_serving(tmp_path, ru
     proc = run_cli("dashboard", tmp_path, env={"PYTHONPATH": f"{stub}{os.pathsep}{ROOT}"})
     assert proc.returncode == 2 and proc.stdout == ""
     assert 'pip install -e ".[dashboard]"' in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_changed_experiment_is_read_again_after_three_times_its_last_read(ray_local, tmp_path, make_spec):
+    """The dashboard's cost rule (tuner.dashboard.READ_WAIT_FACTOR): an experiment whose files changed is read again
+    once 3 times its last read's seconds have passed, so a large live one takes at most a quarter of a core. The
+    storage's clock is the test's: each refresh reads it once, and each read of the experiment twice more."""
+    from tuner import tune_model
+    from tuner.dashboard import ExperimentStorage
+    from tuner.layout import RESULT_FILE
+
+    tune_model(make_spec({**PARETO, "num_samples": 1}, storage=str(tmp_path / "runs")))
+    exp = tmp_path / "runs" / "pareto"
+    result = next(exp.glob(f"*/{RESULT_FILE}"))
+    readings = iter([0.0, 0.0, 10.0])  # the first refresh; its read of the experiment takes 10 s
+
+    def clock() -> float:
+        reading = next(readings, None)
+        assert reading is not None, "the clock was read once more than the test says: a read the rule forbids"
+        return reading
+
+    def refresh(*times: float) -> None:
+        nonlocal readings
+        readings = iter(times)
+        storage.get_all_studies()
+        assert next(readings, None) is None, "the clock was read as often as the test says"
+
+    def report() -> None:  # a new write in the trial's result.json
+        mtime = result.stat().st_mtime + 1
+        os.utime(result, (mtime, mtime))
+
+    storage = ExperimentStorage([exp], clock=clock)
+    assert next(readings, None) is None
+    report()
+    refresh(11.0)  # 11 s after a read of 10 s: not yet
+    refresh(29.0)
+    refresh(30.0, 30.0, 30.5)  # 30 s after it: read again, in 0.5 s
+    report()
+    refresh(31.0)  # 1 s after it: under 3 x 0.5 s
+    refresh(32.0, 32.0, 32.0)
+    refresh(40.0)  # nothing changed: no read

@@ -39,6 +39,10 @@ __all__ = ["ExperimentStorage", "CloudMirror", "find_experiments", "study_trials
 
 #: Seconds between two reads of an experiment's files: a new report shows within this, plus the page's own poll.
 REFRESH_S = 1.0
+#: An experiment whose files changed is read again once this many times its last read's seconds have passed
+#: (and REFRESH_S): reading a large live experiment takes at most a quarter of a core (1.6 s a read at 1,000
+#: trials, docs/benchmarks.md), and its reports show that much later.
+READ_WAIT_FACTOR = 3.0
 #: Seconds between two syncs of a cloud storage's local mirror (each lists the cloud folder's files).
 CLOUD_REFRESH_S = 10.0
 #: A trial's id in the dashboard: its study's id times this, plus its number.
@@ -286,19 +290,22 @@ class _Study:
     study: FrozenStudy
     signature: tuple = ()
     trials: list[FrozenTrial] = field(default_factory=list)
+    read_at: float = -math.inf  # the clock when it was last read
+    read_s: float = 0.0  # seconds that read took
 
 
 class ExperimentStorage(BaseStorage):
     """A read-only Optuna storage over tuner's experiment folders: one study per experiment.
 
     The studies are the experiments :func:`find_experiments` finds under ``paths``, read again at most
-    every :data:`REFRESH_S` seconds (a new experiment is added; one whose files changed is read again).
+    every :data:`REFRESH_S` seconds (a new experiment is added; one whose files changed is read again, once
+    :data:`READ_WAIT_FACTOR` times its last read's seconds have passed).
     A study's id is its place in the order the experiments were found, and stays; its name is the
     experiment's name (``<storage>/<name>`` where two share one). Every write raises.
 
     Args:
         paths: Experiment folders, or storage folders that hold them; a cloud URI is served from its local mirror.
-        clock: Seconds, for the refresh period (``time.monotonic``).
+        clock: Seconds, for the refresh period and the reads' durations (``time.monotonic``).
 
     Raises:
         DashboardError: If a path does not exist or is not a folder.
@@ -344,8 +351,9 @@ class ExperimentStorage(BaseStorage):
             names = [s.path.name for s in self._studies]
             for study_id, s in enumerate(self._studies):
                 signature = _signature(s.path)
-                if signature == s.signature:
-                    continue
+                if signature == s.signature or now - s.read_at < READ_WAIT_FACTOR * s.read_s:
+                    continue  # unchanged, or read a moment ago: a large one waits longer, read at the next refresh
+                started = self._clock()
                 try:
                     exp = load_experiment(s.path)
                 except (ReportError, OSError, ValueError):
@@ -359,6 +367,7 @@ class ExperimentStorage(BaseStorage):
                                       {METRIC_NAMES_ATTR: metrics}, study_id, directions=directions)
                 s.trials = study_trials(exp, study_id)
                 s.signature = signature
+                s.read_at, s.read_s = now, self._clock() - started
 
     def _study(self, study_id: int) -> _Study:
         self._refresh()
