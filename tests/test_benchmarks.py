@@ -718,8 +718,10 @@ def test_dashboard_benchmark_reads_a_real_experiment_and_writes_its_table(ray_lo
 
     scale = read_time(tmp_path, trials=3, num_cpus=2, repeats=1)
     assert scale["trials"] == 3 and scale["folder_bytes"] > 0
-    live = {"reports_seen": 6, "reports_made": 6, "interval_s": 1.0, "median_s": 1.5, "p90_s": 2.0, "max_s": 2.5}
+    live = {"reports_seen": 6, "reports_made": 6, "interval_s": 1.0, "median_s": 1.5, "p90_s": 2.0, "max_s": 2.5,
+            "file_median_s": 0.5}
     text = section(scale, live, "Machine: here.")
     rows = _table_rows(text, "the") + _table_rows(text, "a refresh")
     assert len(rows) == 4 and all(re.search(r"\| [\d,]+ ms \|$", r) for r in rows), text
-    assert "median 1.50 s after the report" in text and "within about 4.5 s" in text
+    assert "median 1.50 s after the report" in text and "a median 0.50 s" in text
+    assert "median\n2.5 s after it was made, and within about 4.5 s" in text

@@ -115,9 +115,12 @@ class Dashboard:
         return {s["study_name"]: s for s in json.loads(body)["study_summaries"]}
 
     def trials(self, study_id: int) -> list[dict]:
+        return self.study(study_id)["trials"]
+
+    def study(self, study_id: int) -> dict:
         status, body = get(f"{self.url}/api/studies/{study_id}?after=0")
         assert status == 200
-        return json.loads(body)["trials"]
+        return json.loads(body)
 
     def stop(self) -> tuple[int, str, str]:
         """Ctrl-C: returns the exit code, and the rest of stdout and stderr."""
@@ -180,6 +183,10 @@ def test_a_run_shows_live_its_trials_rise_and_the_page_draws_them(served, browse
         out, err = run.communicate(timeout=900)
     assert run.returncode == 0, err
     expect(page.get_by_text(re.compile(r"^3 Trials$"))).to_be_visible()  # no reload: the page polls
+    # The run's end: the study says so, and names tuner's best trial (its lock released after its last write).
+    attrs = wait_for(lambda: (a := {x["key"]: x["value"] for x in dash.study(study["study_id"])["user_attrs"]})
+                     and a["status"] == "finished" and a, "the study's status: finished")
+    assert attrs["best_trial"] == json.loads((runs / "live" / "summary.json").read_text())["best"]["trial_id"]
     trials = dash.trials(study["study_id"])
     assert [t["state"] for t in trials] == ["Complete"] * 3
     exp = runs / "live"

@@ -230,8 +230,10 @@ def _created(folder: Path | None) -> datetime.datetime | None:
 
 
 def _signature(path: Path) -> tuple:
-    """What changes when an experiment's files do: the newest write among its state, summary and results."""
+    """What changes when an experiment's files do: the newest write among its state, summary and results, and
+    whether a run holds its lock (a run that ends releases it after its last write)."""
     from tuner.layout import EXPERIMENT_STATE_GLOB, LOCK_FILE, RESULT_FILE, RESULTS_CSV, SUMMARY
+    from tuner.report.loading import is_running
 
     newest = 0.0
     for file in [*path.glob(EXPERIMENT_STATE_GLOB), *path.glob(f"*/{RESULT_FILE}"), path / SUMMARY,
@@ -240,7 +242,7 @@ def _signature(path: Path) -> tuple:
             newest = max(newest, file.stat().st_mtime)
         except OSError:
             continue
-    return (newest,)
+    return newest, is_running(path)
 
 
 class CloudMirror:

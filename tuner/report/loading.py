@@ -36,7 +36,7 @@ from tuner.spec import Spec, SpecError, load_spec
 from tuner.spec.sections import Constraint, Objective
 from tuner.state import ExperimentState, parse_result_lines, read_state
 
-__all__ = ["Experiment", "ReportError", "load_experiment", "is_experiment", "trial_folders", "plain"]
+__all__ = ["Experiment", "ReportError", "load_experiment", "is_experiment", "is_running", "trial_folders", "plain"]
 
 _ENDED = ("TERMINATED", "ERROR")
 # Keys Ray adds to every result that are not metrics (the x axes are kept apart).
@@ -314,7 +314,7 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_running(path: Path) -> bool:
+def is_running(path: Path) -> bool:
     """Whether a tuner process holds the experiment's lock (``.tuner.lock``, an exclusive flock).
 
     Read from ``/proc/locks`` without touching the lock; where that file is missing, a
@@ -411,7 +411,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     summary = _read_json(path / SUMMARY)
     if summary is not None and (path / SUMMARY).stat().st_mtime < state_mtime:
         summary = None  # written by an earlier session; a later resume has not finished
-    running = _is_running(path)
+    running = is_running(path)
     metric = spec.metric if spec else (summary or {}).get("metric")
     mode = spec.mode if spec else (summary or {}).get("mode")
     scope = spec.best.scope if spec else (summary or {}).get("scope") or "last"
