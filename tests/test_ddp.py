@@ -329,3 +329,16 @@ def test_tuner_lean_ddp_0_keeps_ray_trains_defaults(ray_local, monkeypatch, tmp_
     assert lean is not TorchTrainer and issubclass(lean, TorchTrainer)
     assert {name: os.environ.get(name) for name in controller_env} == {TRAIN_HEALTH_CHECK_INTERVAL_ENV: "0.5",
                                                                        TRAIN_PREEMPTION_WATCHER_ENV: "0"}
+
+
+@pytest.mark.slow
+def test_a_ray_tune_function_under_workers_fails_naming_tuner_trial_report(ray_local, make_spec):
+    """The README's table of trainable kinds: inside a DDP worker group `ray.tune.report` reaches no one (Ray only
+    warns in the worker's log), so the trial fails, saying to report with `tuner.trial.report`, and the first
+    trial's error stops the experiment (instead of Ray Tune's own error about a result without the metric)."""
+    from tuner.errors import TrialError
+
+    with pytest.raises(TrialError) as caught:
+        tune_model(make_spec(DDP, trainable="tests.trainables:raw_ray", resources={"workers": 1, "cpu_per_worker": 1}))
+    assert "inside a DDP worker group (resources.workers), report with tuner.trial.report" in caught.value.traceback
+    assert caught.value.result.summary["trials"]["by_status"] == {"ERROR": 1}

@@ -99,6 +99,29 @@ def test_pbt_exploits_a_function_trainable(ray_local, tmp_path, make_spec):
     assert set(result.dataframe["status"]) == {"TERMINATED"}
 
 
+def test_an_exploit_at_the_last_iteration_ends_with_the_cloned_checkpoints_result(ray_local, tmp_path, make_spec):
+    """The README (what a run leaves behind): a trial that exploits at its very last iteration ends with the cloned
+    trial's checkpoint result as its last result, so its last metrics in results.csv are those of the weights it
+    holds. No `stop` here: the function's 4 epochs end the trials, so PBT (synch) perturbs at iteration 4 too, and
+    the bottom trial restarts from the top trial's checkpoint of iteration 4 with nothing left to run."""
+    from tuner.schedule import read_perturbations
+
+    spec = {k: v for k, v in SPEC.items() if k != "stop"}
+    result = tune_model(make_spec(spec, name="last", param_space={**SPEC["param_space"], "epochs": 4}))
+    exp = Path(result.experiment_path)
+    exploits = read_perturbations(exp)
+    assert [(p["iteration"], p["cloned_iteration"]) for p in exploits] == [(2, 2), (4, 4)], exploits
+    # At 4 the trial behind (which one depends on the perturbed x) cloned the one ahead, at its very last iteration.
+    loser, winner = exploits[-1]["trial_id"], exploits[-1]["cloned_from"]
+    rows = {rows[0]["trial_id"]: rows for rows in histories(exp).values()}
+    assert rows[winner][-1]["training_iteration"] == 4
+    last = pd.read_csv(exp / "results.csv").set_index("trial_id").loc[loser]
+    assert last["training_iteration"] == 4
+    assert last["score"] == pytest.approx(rows[winner][-1]["score"]) and last["x"] == rows[winner][-1]["x"], \
+        "its last result is the cloned trial's checkpoint result: the weights (the total) it holds"
+    assert rows[loser][-1]["score"] != pytest.approx(last["score"]), "not its own last report"
+
+
 def test_pbt_exploits_a_class_trainable(ray_local, tmp_path, make_spec):
     """A ray.tune.Trainable with save/load_checkpoint and reset_config: the bottom trial loads the top trial's
     checkpoint (load_checkpoint) with the new config, and reaches the stop like the top trial. Under PBT, tuner

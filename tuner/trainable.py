@@ -276,6 +276,10 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
     trial folder, so that :class:`PlacementGroupReleaser` can free it if Tune stops the
     trial (see there). With ``seed_trials`` each rank is seeded with the trial's seed plus
     its rank (:func:`tuner.trial.rank_seed`) before the train function runs.
+
+    Raises:
+        RuntimeError: The function returned without one ``tuner.trial.report`` on a fresh start (a
+            ``ray.tune.report`` in a worker group reaches no one), so the trial fails with that reason.
     """
     trial.configure(options)
     _seed_process(options)
@@ -291,7 +295,13 @@ def _ddp_worker(fn: Callable, options: trial.TrialOptions, trial_dir: str, confi
                 write_text(record, (read_text(record) or "") + pg.id.hex() + "\n")
             except Exception:  # noqa: BLE001 - without the record the group is freed at session end
                 pass
-    return fn(config)
+    out = fn(config)
+    if trial.reports_made() == 0 and options.resume_checkpoint is None:
+        # Else Ray Tune ends the experiment with its own error (a last result without the metric).
+        raise RuntimeError("the train function returned without a result: inside a DDP worker group "
+                           "(resources.workers), report with tuner.trial.report; ray.tune.report reaches no one "
+                           "there (Ray only warns in the worker's log).")
+    return out
 
 
 def remove_placement_groups(ids: list[str]) -> int:

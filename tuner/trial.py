@@ -662,6 +662,11 @@ def _gpu_metrics() -> dict[str, Any]:
     return out
 
 
+def reports_made() -> int:
+    """The reports this process made for the current trial (:func:`report` calls; 0 after :func:`configure`)."""
+    return _reports
+
+
 def report(metrics: Mapping[str, Any], checkpoint_dir: str | os.PathLike | None = None) -> None:
     """Report one result (usually one epoch) of the current trial.
 
