@@ -217,7 +217,7 @@ def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num
 
 
 #: The hidden `tuner jobs` command that a job sent by `tuner submit` runs for a spec from outside its working
-#: directory (tuner.cluster.submit_job).
+#: directory (given to tuner.cluster.submit_job, which builds the job's command line).
 STAGE_COMMAND = "run-submitted-spec"
 
 _JOBS_ADDRESS = click.option("--address", type=str, default=None,
@@ -248,7 +248,7 @@ def submit(spec_path, address, working_dir, pip, storage, name, num_samples, set
     if num_samples is not None:
         run_args += ["--num-samples", str(num_samples)]
     job_id, url = submit_job(spec_path, address, run_args=run_args, working_dir=working_dir, pip=list(pip),
-                             storage=storage, name=name,
+                             storage=storage, name=name, stage_command=STAGE_COMMAND,
                              sets=_parse_sets(sets, storage, name, num_samples))  # checked as the job applies them
     click.echo(f"Submitted job {job_id} to {url}")
     click.echo(f"  follow: tuner jobs logs {job_id} --address {url} --follow")

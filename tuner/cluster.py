@@ -291,6 +291,7 @@ def submit_job(
     pip: list[str] | None = None,
     storage: str | None = None,
     name: str | None = None,
+    stage_command: str,
     sets: Iterable = (),
 ) -> tuple[str, str]:
     """Submit ``python -m tuner run SPEC`` to a Ray cluster as a Ray Job.
@@ -313,6 +314,9 @@ def submit_job(
         pip: Packages the job and its workers install (``runtime_env["pip"]``).
         storage: Overrides ``spec.storage``.
         name: Overrides ``spec.name``.
+        stage_command: The hidden ``tuner jobs`` command that writes a spec from outside the working
+            directory, then runs it (``tuner.cli.STAGE_COMMAND``, which the CLI passes: this module
+            does not import the CLI).
         sets: The :class:`~tuner.spec.Override` s that ``run_args``, ``storage`` and ``name``
             give the job (``--set``, ``--num-samples``, ...), so that the spec is checked
             here as the job will run it, and an error names the option.
@@ -330,7 +334,6 @@ def submit_job(
     import time
     import uuid
 
-    from tuner.cli import STAGE_COMMAND
     from tuner.errors import ClusterError
     from tuner.spec import load_spec
 
@@ -352,7 +355,7 @@ def submit_job(
     else:  # the spec travels as text and lands in the job's working directory
         job_spec = f"{SUBMITTED_SPEC_DIR}/{submission_id}/{spec_file.name}"
         runtime_env["env_vars"] = {SUBMITTED_SPEC_ENV: spec_file.read_text(encoding="utf-8")}
-        command = ["jobs", STAGE_COMMAND, job_spec]
+        command = ["jobs", stage_command, job_spec]
     _check_trainable_file_travels(spec, workdir, (workdir / job_spec).parent)
     if pip:
         runtime_env["pip"] = list(pip)

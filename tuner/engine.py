@@ -693,7 +693,7 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         DiskFullError: If the disk holding the experiment filled up; see
             :func:`_resumable_on_full_disk`.
     """
-    _before_ray_tune(prepared)
+    before_ray_tune(prepared)
     from ray import tune
 
     from tuner import reporting
@@ -902,7 +902,7 @@ def _replay_scheduler(prepared: Prepared):
     return WholeReplay(str(policy))
 
 
-def _before_ray_tune(prepared: Prepared) -> None:
+def before_ray_tune(prepared: Prepared) -> None:
     """What a run and a resume do before Ray Tune is imported and the Tuner is built.
 
     Quiet the console (before Ray Tune is imported), record Ray's callback usage tag
@@ -1239,7 +1239,7 @@ def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart
     Raises:
         DiskFullError: If the disk is still (or again) full; see :func:`_resumable_on_full_disk`.
     """
-    _before_ray_tune(prepared)
+    before_ray_tune(prepared)
     from ray import tune
 
     from tuner import reporting

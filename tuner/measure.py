@@ -88,7 +88,7 @@ def measure(prepared: Any, iterations: int) -> Measurement:
 
     from tuner.algorithms import build_searcher
     from tuner.cluster import ray_session
-    from tuner.engine import _before_ray_tune
+    from tuner.engine import before_ray_tune
     from tuner.layout import trial_folder_of
     from tuner.reporting import JsonLogger
     from tuner.space import ray_num_samples, to_ray_space
@@ -123,7 +123,7 @@ def measure(prepared: Any, iterations: int) -> Measurement:
             return self.done
 
     spec = prepared.spec
-    _before_ray_tune(prepared)
+    before_ray_tune(prepared)
     ranked = spec.scheduler_objective
     basic = spec.search.algorithm in ("grid", "random")
     times = _Times()
