@@ -203,10 +203,13 @@ def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path
             "'request_timeout'.") in proc.stderr
     # Nothing written: the run records, the lock and the mirror go under TUNER_CACHE_DIR.
     assert not mirror.exists(), sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*"))
-    # tuner dashboard on the unreachable bucket: the same one paragraph, exit 2, before it serves; no mirror.
+    # tuner dashboard on the unreachable bucket: the same one paragraph, exit 2, before it serves; no mirror. (A
+    # folder of its own: the mirror of s3://tuner-test/runs is the other tests'.)
+    storage = storage.replace("/runs?", "/dashboard-unreachable?")
     proc = run_cli("dashboard", storage, "--port", "0", env=env)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
-    assert proc.stderr.startswith("tuner: error: tuner dashboard: cannot download s3://tuner-test/runs: "), proc.stderr
+    assert proc.stderr.startswith("tuner: error: tuner dashboard: cannot download s3://tuner-test/dashboard-unreachable: "), \
+        proc.stderr
     assert proc.stderr.endswith("Could not connect to server. Check the URI and the credentials of this machine "
                                 "(AWS_* variables, GOOGLE_APPLICATION_CREDENTIALS, ...).\n"), proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
