@@ -96,10 +96,13 @@ def wait_for(check, what: str, timeout_s: float = 300):
 class Dashboard:
     """A `tuner dashboard` subprocess; ``url`` is the one it printed."""
 
-    def __init__(self, *paths, host: str = "127.0.0.1", env: dict | None = None):
+    def __init__(self, *paths, host: str = "127.0.0.1", env: dict | None = None, sigint_ignored: bool = False):
+        """``sigint_ignored``: start it as a script's ``&`` job is started, SIGINT ignored (inherited)."""
         self.proc = subprocess.Popen([sys.executable, "-m", "tuner", "dashboard", *map(str, paths), "--port", "0",
                                       "--host", host], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env={**os.environ, **(env or {})})
+                                     text=True, env={**os.environ, **(env or {})},
+                                     preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                                     if sigint_ignored else None)
         self.lines = []
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
@@ -122,9 +125,9 @@ class Dashboard:
         assert status == 200
         return json.loads(body)
 
-    def stop(self) -> tuple[int, str, str]:
-        """Ctrl-C: returns the exit code, and the rest of stdout and stderr."""
-        self.proc.send_signal(signal.SIGINT)
+    def stop(self, sig: int = signal.SIGINT) -> tuple[int, str, str]:
+        """Ctrl-C (or ``sig``): returns the exit code, and the rest of stdout and stderr."""
+        self.proc.send_signal(sig)
         out, err = self.proc.communicate(timeout=60)
         return self.proc.returncode, out, err
 
@@ -245,9 +248,15 @@ def test_the_dashboard_is_read_only_and_serves_no_other_file(served):
 
 
 def test_ctrl_c_stops_it_cleanly_and_another_host_warns(tmp_path):
+    """Ctrl-C stops it with exit 0, also when it inherited SIGINT ignored (a job a script starts with `&`: such a
+    dashboard once served on after Ctrl-C); so does `kill` (SIGTERM). Another host than this machine's warns."""
     dash = Dashboard(tmp_path, host="0.0.0.0")
     assert dash.lines[0].startswith("tuner: note: the dashboard has no authentication"), dash.lines
     code, out, err = dash.stop()
+    assert code == 0 and err == "", err
+    code, out, err = Dashboard(tmp_path, sigint_ignored=True).stop()
+    assert code == 0 and err == "", err
+    code, out, err = Dashboard(tmp_path).stop(signal.SIGTERM)
     assert code == 0 and err == "", err
 
 

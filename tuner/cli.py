@@ -423,8 +423,7 @@ def dashboard(paths, port, host) -> None:
 
     serve(list(paths) or ["runs"], host, port, echo=click.echo)
     # Ctrl-C stopped it, and nothing is left to write: exit now. A request thread may still hold pyarrow's S3
-    # client or thread pool, whose teardown at the interpreter's exit can deadlock (apache/arrow#50188, #50482):
-    # twice a Ctrl-C'd dashboard did not exit within 60 s under load, once serving a bucket.
+    # client or thread pool, whose teardown at the interpreter's exit can deadlock (apache/arrow#50188, #50482).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -476,13 +476,22 @@ def make_server(storage: ExperimentStorage, host: str = "127.0.0.1", port: int =
 
 
 def serve(paths: Sequence[str | os.PathLike], host: str, port: int, echo: Callable[[str], Any] = print) -> None:
-    """Serve the dashboard until Ctrl-C, then stop cleanly.
+    """Serve the dashboard until Ctrl-C (SIGINT, or SIGTERM), then stop cleanly.
 
     Raises:
         DashboardError: If a path is not a folder (:func:`find_experiments`), or as :func:`make_server`.
     """
+    import signal
+
     from tuner.storage import display
 
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C and `kill` stop it, also when it inherited SIGINT ignored (a job a script starts with `&`).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stop)
     storage = ExperimentStorage(paths)
     server = make_server(storage, host, port)
     studies = len(storage.get_all_studies())
