@@ -122,10 +122,11 @@ def assert_dashboard_shows(exp):
     trials = {t.user_attrs["trial_id"]: t for t in storage.get_all_trials(study._study_id)}
     assert sorted(trials) == sorted(table.index)
     score = f"score_{info.metric}" if f"score_{info.metric}" in table else info.metric
+    stopped_early = dict(zip(info.trials["trial_id"], info.trials["stopped_early"]))
     for trial_id, t in trials.items():
         row = table.loc[trial_id]
-        assert t.state == (TrialState.PRUNED if info.trials.set_index("trial_id").loc[trial_id, "stopped_early"]
-                           and len(modes) == 1 else TrialState.COMPLETE), (trial_id, t.state)
+        assert t.state == (TrialState.PRUNED if stopped_early[trial_id] and len(modes) == 1
+                           else TrialState.COMPLETE), (trial_id, t.state)
         if t.state == TrialState.COMPLETE:
             assert t.values[0] == pytest.approx(row[score])
         active = {k[len("config/"):] for k, v in row.items() if k.startswith("config/") and not pd.isna(v)}
