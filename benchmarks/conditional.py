@@ -66,11 +66,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
-    write_section)
-from benchmarks.workloads import (
-    COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_RECORD_BYTES, COND_WARMUP, conditional_active_keys,
-    conditional_space, conditional_true_value, read_budget_records)
+                                ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
+                                write_section)
+from benchmarks.workloads import (COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_RECORD_BYTES, COND_WARMUP,
+                                  conditional_active_keys, conditional_space, conditional_true_value,
+                                  read_budget_records)
 
 HEADING = "Conditional search spaces: conditions against the flattened space (`benchmarks/conditional.py`)"
 ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 3}
@@ -165,7 +165,7 @@ def score(records: list, budget: int, max_t: int, upto: int | None = None) -> di
 
     Returns:
         ``best`` (trial id, the lowest last reported loss; ties to the smaller id, as
-        :mod:`tuner.best`), ``regret`` (its true loss minus the optimum), ``best_step`` (its last
+        :mod:`tuner.core.best`), ``regret`` (its true loss minus the optimum), ``best_step`` (its last
         step: below ``max_t`` when a scheduler stopped it early), ``trials``, ``iterations``.
     """
     end = budget if upto is None else min(upto, budget)
@@ -203,7 +203,7 @@ def violations(config: dict, space: str) -> list[str]:
     conditions); flat space: every parameter. Every value must be a plain Python value (a
     numpy scalar is logged as ``{"__numpy__": ...}``) inside its distribution.
     """
-    from tuner.params import flatten
+    from tuner.core.params import flatten
 
     params = _space_params()
     flat = flatten(config)

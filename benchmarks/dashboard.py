@@ -2,10 +2,10 @@
 
 1. **Read time at scale.** A real experiment of ``--trials`` trials (``benchmarks/workloads.py:trivial``,
    10 reports each; ``tuner.tune_model`` on a local Ray of ``--num-cpus`` CPUs), then on it, each the median of
-   ``--repeats``: the first read of a dashboard (``tuner.dashboard.ExperimentStorage``: ``load_experiment``
+   ``--repeats``: the first read of a dashboard (``tuner.report.dashboard.ExperimentStorage``: ``load_experiment``
    and the study's trials), a refresh when nothing changed (the newest write among the files), a refresh after
    one trial's ``result.json`` changed (a new report: the experiment read again), and the call the page polls
-   (``GET /api/studies/<id>?after=0``) through the real server (``tuner.dashboard.make_server``).
+   (``GET /api/studies/<id>?after=0``) through the real server (``tuner.report.dashboard.make_server``).
 2. **How soon a report shows.** A running ``tuner run`` of ``benchmarks/workloads.py:clock_reports`` trials
    (each report's metric is the wall-clock time it was made) and ``tuner dashboard`` on its storage; the
    benchmark polls the API the page polls every 50 ms, and for each report it first sees, the delay is the
@@ -64,8 +64,8 @@ def timed(fn, repeats: int) -> float:
 def read_time(folder: Path, trials: int, num_cpus: int, repeats: int) -> dict:
     """Part 1: the experiment made, then the dashboard's reads of it timed."""
     from tuner import tune_model
-    from tuner.dashboard import ExperimentStorage, make_server
-    from tuner.layout import RESULT_FILE
+    from tuner.report.dashboard import ExperimentStorage, make_server
+    from tuner.experiment.layout import RESULT_FILE
 
     spec = folder / "scale.yaml"
     spec.write_text(SPEC.format(name="scale", trainable="trivial", metric="loss", mode="min", trials=trials,

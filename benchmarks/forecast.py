@@ -1,4 +1,4 @@
-"""The budget forecast (tuner.forecast) against real Ray runs: trial-iterations forecast
+"""The budget forecast (tuner.search.forecast) against real Ray runs: trial-iterations forecast
 for ASHA and Hyperband against the sum over trials of their last ``training_iteration``.
 
 Each configuration runs ``--trials`` trials of a toy train function (a loss curve that
@@ -62,9 +62,9 @@ def configs(max_t: int) -> list[tuple[str, dict]]:
 
 def run_once(spec: dict, storage: str, name: str) -> tuple[object, int]:
     """``(forecast at the trials that fit the local Ray, used trial-iterations)`` of one run of ``spec``."""
-    from tuner.engine import prepare, run_prepared
-    from tuner.forecast import forecast, trials_at_once
-    from tuner.space import grid_size
+    from tuner.run.engine import prepare, run_prepared
+    from tuner.search.forecast import forecast, trials_at_once
+    from tuner.search.space import grid_size
 
     prepared = prepare({**spec, "name": name, "storage": storage})
     trials = grid_size(prepared.spec) * prepared.spec.num_samples
@@ -150,7 +150,7 @@ def main(argv=None) -> None:
     lines += [
         "",
         "Hyperband's count is Ray's bracket arithmetic, exact when no trial ends on its own. ASHA's is a seeded "
-        "simulation of Ray's AsyncHyperBandScheduler (`tuner.forecast.simulate_asha`): a trial is compared at a "
+        "simulation of Ray's AsyncHyperBandScheduler (`tuner.search.forecast.simulate_asha`): a trial is compared at a "
         "rung with the trials recorded there before it, so the first trials at each rung go on, which the "
         "paper's rule (1/rf of the trials go on at each rung) leaves out.",
     ]

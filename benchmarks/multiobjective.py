@@ -25,14 +25,14 @@ shared by the experiment's trials, which numbers it; the step past the budget ra
 ``failure.fail_fast`` ends the experiment there. The iterations used are reported.
 
 Score: the hypervolume of the front that tuner returns, re-evaluated at full fidelity. The
-front is computed as tuner computes it (:func:`tuner.pareto.pareto_front` on each trial's last
+front is computed as tuner computes it (:func:`tuner.search.pareto.pareto_front` on each trial's last
 reported ``f1``, ``f2``; a trial ended by the budget stop is an errored trial, not on it). A
 trial that ASHA stopped early reports low-fidelity values; what a user would do with it is
 train that configuration to the end, so each front trial counts with the true ZDT1 of its
 configuration (the re-training is not charged to the budget; the table says how many front
-trials needed it). The hypervolume (:func:`tuner.pareto.hypervolume`) is measured up to the
+trials needed it). The hypervolume (:func:`tuner.search.pareto.hypervolume`) is measured up to the
 reference point (1.1, 11): the worst values of ZDT1's objective space (f1 <= 1, f2 <= 10) moved
-10 % of their range further out, the margin of ``tuner.pareto.reference_point``, so every
+10 % of their range further out, the margin of ``tuner.search.pareto.reference_point``, so every
 configuration counts. The true front's hypervolume there is 1.1 x 11 - 1/3 = 11.7667; the
 table gives the gap to it (lower is better) as median and interquartile range over seeds.
 
@@ -51,12 +51,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    ROOT, add_budget_options, budget_runs, parse_budget_args, have_matplotlib, machine_line, run_on_local_ray,
-    write_section)
-from benchmarks.workloads import (
-    ZDT1_BIAS, ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_N, ZDT1_NOISE, ZDT1_RECORD_BYTES, ZDT1_REFERENCE,
-    read_budget_records)
+from benchmarks._common import (ROOT, add_budget_options, budget_runs, parse_budget_args, have_matplotlib, machine_line,
+                                run_on_local_ray, write_section)
+from benchmarks.workloads import (ZDT1_BIAS, ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_N, ZDT1_NOISE, ZDT1_RECORD_BYTES,
+                                  ZDT1_REFERENCE, read_budget_records)
 
 HEADING = "Several objectives: ZDT1 at an equal budget (`benchmarks/multiobjective.py`)"
 OBJECTIVES = (("f1", "min"), ("f2", "min"))
@@ -153,7 +151,7 @@ def score(records: list, budget: int, max_t: int, upto: int | None = None) -> di
         true front's), ``front`` (trial ids), ``below_max_t`` (front trials whose last report was
         before ``max_t``: the ones a user trains again), ``trials``, ``iterations``.
     """
-    from tuner.pareto import hypervolume, pareto_front
+    from tuner.search.pareto import hypervolume, pareto_front
 
     end = budget if upto is None else min(upto, budget)
     stopped = {r[0] for r in records[budget:]} if upto is None else set()

@@ -41,8 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    ROOT, code_version, load_average, machine_line, python, run_timed, write_section)
-from tuner import layout
+                                ROOT, code_version, load_average, machine_line, python, run_timed, write_section)
+from tuner.experiment import layout
 
 HEADING = "Bookkeeping at scale (`benchmarks/scale.py`)"
 TARGET = 1.10  # wall / ideal and fit / ideal, tuner's side

@@ -62,9 +62,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, median_bootstrap, run_on_local_ray,
-    write_section)
+from benchmarks._common import (IMG, ROOT, have_matplotlib, iqm_bootstrap, load_average, machine_line, median_bootstrap,
+                                run_on_local_ray, write_section)
 from benchmarks.peers import PEERS, run_peer
 from benchmarks.workloads import OBJECTIVES, read_budget_file
 
@@ -87,7 +86,7 @@ def pause_points(search: dict, scheduler: dict, max_t: int) -> list[int]:
     where the trial checkpoints so that it resumes instead of starting over."""
     if scheduler["type"] not in ("hyperband", "bohb"):
         return []
-    from tuner.rungs import bracket_rungs
+    from tuner.search.rungs import bracket_rungs
     from tuner.spec import load_spec
 
     spec = load_spec({"trainable": "benchmarks.workloads:search_objective", "metric": "loss", "mode": "min",

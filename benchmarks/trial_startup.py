@@ -6,7 +6,7 @@ on one local Ray with ``--num-cpus`` CPUs. Start-up per trial = wall x trials at
 the seconds one trial slot spends before its first result.
 
 DDP (2 workers x 1 CPU, gloo) runs in turns A, B, A, B (``--pairs``): A = Ray Train's defaults
-(``TUNER_LEAN_DDP=0``), B = tuner's launch (:func:`tuner.trainable._train_launcher`). While they
+(``TUNER_LEAN_DDP=0``), B = tuner's launch (:func:`tuner.run.trainable._train_launcher`). While they
 run, ``/proc`` is sampled (as ``benchmarks/proc_cpu.py`` does) for every process that descends
 from this one: each Ray worker process is named by its Ray process title (``ray::TrainController``),
 so the breakdown counts, per role, the processes a trial starts and their CPU seconds, and times
@@ -118,7 +118,7 @@ def _boot_time() -> float:
 def run_once(resources: dict, trials: int, reuse: bool, storage: str, name: str, lean: bool = True,
              log: str | None = None) -> float:
     """Wall seconds of one tune_model run of ``trials`` no-op trials."""
-    from tuner.engine import prepare, run_prepared
+    from tuner.run.engine import prepare, run_prepared
 
     space = {"x": {"type": "uniform", "low": 0, "high": 1}}
     if log:

@@ -41,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    add_budget_options, budget_runs, parse_budget_args, machine_line, median, run_on_local_ray, write_section)
+from benchmarks._common import (add_budget_options, budget_runs, parse_budget_args, machine_line, median,
+                                run_on_local_ray, write_section)
 from benchmarks.search_efficiency import regret_curve
 from benchmarks.workloads import OBJECTIVES, read_budget_file
 

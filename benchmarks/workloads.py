@@ -411,7 +411,7 @@ ZDT1_BIAS = 1.0
 ZDT1_NOISE = 1.0
 #: The hypervolume reference point (f1, f2): the worst values of ZDT1's objective space
 #: (f1 = x1 <= 1, f2 <= g <= 10) moved 10 % of their range further out, the margin of
-#: ``tuner.pareto.reference_point``; every configuration lies inside it.
+#: ``tuner.search.pareto.reference_point``; every configuration lies inside it.
 ZDT1_REFERENCE = (1.1, 11.0)
 #: The hypervolume of ZDT1's true front (f2 = 1 - sqrt(f1), f1 in [0, 1]) up to ZDT1_REFERENCE:
 #: the box 1.1 x 11 less the area under the front, 1/3.
@@ -680,7 +680,7 @@ def conditional_fidelity(true_value: float, t: int, z: float, *, max_t: int = CO
 
 def _config_z(config: dict, seed: int) -> float:
     """One standard normal draw per configuration (its toy parameters) and seed."""
-    from tuner.params import flatten
+    from tuner.core.params import flatten
 
     flat = flatten({"model": config["model"], **({"warmup": config["warmup"]} if "warmup" in config else {})})
     key = json.dumps(flat, sort_keys=True).encode()

@@ -1,7 +1,7 @@
 """Simulated GPU memory readers for ``gpu: auto`` (``TUNER_GPU_MEMORY_READER=tests.gpu_readers:<name>``), in place
 of NVML on a machine with Ray's logical GPUs only."""
 
-from tuner.gpu_packing import GpuMemory
+from tuner.resources.gpu_packing import GpuMemory
 
 GIB = 2**30
 

@@ -1,7 +1,7 @@
 """Start an embedded Ray as ``tuner run`` does, report its ports, and hold it until stdin closes.
 
 Run as ``python -m tests.local_ray_probe AGENT_PORT`` by tests/test_local_ports.py. The
-Ray is started by ``tuner.cluster.ray_session`` (as every local run starts it), with one
+Ray is started by ``tuner.run.cluster.ray_session`` (as every local run starts it), with one
 change: its dashboard agent listens on ``AGENT_PORT`` instead of Ray's fixed 52365,
 which another Ray of this machine (the test session's, another checkout's) may hold
 already. ``ray start --dashboard-agent-listen-port`` does the same for a node; here
@@ -29,7 +29,7 @@ def main() -> None:
 
     parameter.RayParams.__init__ = with_agent_port
 
-    from tuner.cluster import ray_session
+    from tuner.run.cluster import ray_session
 
     @ray.remote(num_cpus=1)
     class Worker:

@@ -7,8 +7,8 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.optuna import OptunaSearch
 
-from tuner.algorithms import build_scheduler, build_searcher, describe_search
-from tuner.rungs import bracket_rungs as rungs
+from tuner.search.algorithms import build_scheduler, build_searcher, describe_search
+from tuner.search.rungs import bracket_rungs as rungs
 from tuner.spec import load_spec
 
 BASE = {"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min"}
@@ -125,7 +125,7 @@ def parse_default(text: str):
 
 
 def _built_searcher(algo):
-    from tuner.space import to_ray_space
+    from tuner.search.space import to_ray_space
 
     s = spec(search={"algorithm": algo}, param_space={"x": {"type": "uniform", "low": 0, "high": 1}})
     searcher = build_searcher(s)

@@ -290,7 +290,7 @@ def test_pbt_benchmark_writes_every_method(ray_local, tmp_path):
 def test_zdt1_fidelities_end_at_the_true_function():
     """ZDT1's front is f2 = 1 - sqrt(f1); the low fidelities only overstate f2, less with every step."""
     from benchmarks.workloads import ZDT1_MAX_HYPERVOLUME, ZDT1_MAX_T, ZDT1_REFERENCE, zdt1, zdt1_fidelity
-    from tuner.pareto import hypervolume
+    from tuner.search.pareto import hypervolume
 
     assert zdt1([0.25, 0, 0, 0, 0, 0]) == (0.25, pytest.approx(0.5))
     assert zdt1([1.0] * 6) == (1.0, pytest.approx(10 - math.sqrt(10)))
@@ -309,7 +309,7 @@ def test_zdt1_fidelities_end_at_the_true_function():
 def test_multiobjective_score_reevaluates_tuners_front():
     from benchmarks.multiobjective import score
     from benchmarks.workloads import ZDT1_MAX_HYPERVOLUME, ZDT1_REFERENCE
-    from tuner.pareto import hypervolume
+    from tuner.search.pareto import hypervolume
 
     # (trial, step, reported f1, f2, true f1, f2); budget 5, max_t 3.
     records = [("a", 1, 0.2, 9.0, 0.2, 3.0), ("b", 1, 0.5, 2.0, 0.5, 1.0), ("a", 2, 0.2, 6.0, 0.2, 3.0),
@@ -351,8 +351,8 @@ def test_conditional_toy_has_its_optimum_in_one_branch():
     """The toy's known optimum: 0 in mlp (adam, every parameter at its target); every other branch's best
     is its floor; the parameters of branches not taken change nothing (the flat space's)."""
     from benchmarks.workloads import (
-        COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_OPTIMUM_CONFIG, COND_SGD_PENALTY, COND_WARMUP,
-        conditional_fidelity, conditional_true_value)
+                                      COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_OPTIMUM_CONFIG, COND_SGD_PENALTY, COND_WARMUP,
+                                      conditional_fidelity, conditional_true_value)
 
     assert conditional_true_value(COND_OPTIMUM_CONFIG) == COND_OPTIMUM == 0.0
     at_target = {b: {"name": b, **{k: t for k, (_, t) in params.items() if t is not None}}
@@ -388,7 +388,7 @@ def test_conditional_toy_keys_agree_with_tuners_space():
 
     from benchmarks.conditional import violations
     from benchmarks.workloads import conditional_active_keys, conditional_space
-    from tuner.params import nest
+    from tuner.core.params import nest
     from tuner.spec import load_spec
 
     space = load_spec({"trainable": "benchmarks.workloads:conditional_objective", "metric": "loss", "mode": "min",

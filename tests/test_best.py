@@ -1,4 +1,4 @@
-"""One best-trial rule (tuner.best) for summary.json, results.csv, `tuner report` and the console:
+"""One best-trial rule (tuner.core.best) for summary.json, results.csv, `tuner report` and the console:
 errored trials and trials without a finite value are never the best and sort after every trial
 with a result; `tuner list` names finished-with-errors and aborted experiments."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures.paths import ROOT
 from tuner import tune_model
-from tuner.best import best, has_result, ranked
+from tuner.core.best import best, has_result, ranked
 from tuner.errors import TunerError
 from tuner.report import load_experiment, render
 
@@ -92,7 +92,7 @@ def test_every_repository_path_and_benchmarks_section_the_readme_names_exists():
 
 
 def test_the_rule_is_written_once_and_report_stays_ray_free():
-    """results.py, report/ and reporting.py import tuner.best; the modules of RAY_FREE import no Ray."""
+    """results.py, report/ and reporting.py import tuner.core.best; the modules of RAY_FREE import no Ray."""
     # The README's Layout names these as importing no Ray too.
     named = tuple(path.removeprefix("tuner/").removesuffix("/").removesuffix(".py").replace("/", ".")
                   for path, what in readme_layout().items() if path.startswith("tuner/") and "no Ray" in what)
@@ -110,7 +110,7 @@ def test_the_rule_is_written_once_and_report_stays_ray_free():
     for module in ("results", "report", "reporting"):
         package = ROOT / "tuner" / module  # tuner/report/ is a package: its modules together
         files = sorted(package.rglob("*.py")) if package.is_dir() else [package.with_suffix(".py")]
-        assert "from tuner.best import" in "".join(f.read_text() for f in files), module
+        assert "from tuner.core.best import" in "".join(f.read_text() for f in files), module
 
 
 def base(storage, name, **kw):
@@ -188,7 +188,7 @@ def test_best_config_is_none_without_a_metric(tmp_path):
     trial)": the same finished trials give a best config with a metric, and none without one."""
     from ray.tune import Result
 
-    from tuner.results import collect_results
+    from tuner.run.results import collect_results
     from tuner.spec import load_spec
 
     def trials(folder):  # Ray's own Result of each of two finished trials, as Tuner.fit() gives them

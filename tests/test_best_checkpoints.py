@@ -5,7 +5,7 @@ epoch): ``peak`` reaches 0.95 at epoch 2 and ends at 0.5, and dies once at epoch
 ``steady`` climbs to 0.7. Under ``best.scope: all`` the best trial is ``peak`` (under ``last``
 it would be ``steady``), its best checkpoint is epoch 2's, it keeps the best 2 checkpoints and
 the newest, and its restart after the crash went on from the newest checkpoint, not the best.
-The pure rules of :mod:`tuner.best` are tested without Ray.
+The pure rules of :mod:`tuner.core.best` are tested without Ray.
 """
 
 import json
@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from tests.fixtures.cli import imported_modules
-from tuner.best import SCOPES, analysis_value, best_checkpoint, scope_value
-from tuner.layout import (CHECKPOINT_PREFIX, EXPORT_CONFIG, EXPORT_FILES, EXPORT_METRICS, EXPORT_MODEL_DIR,
-                          EXPORT_README, EXPORT_SPEC, RESULTS_CSV, SPEC_SNAPSHOT, SUMMARY)
+from tuner.core.best import SCOPES, analysis_value, best_checkpoint, scope_value
+from tuner.experiment.layout import (CHECKPOINT_PREFIX, EXPORT_CONFIG, EXPORT_FILES, EXPORT_METRICS, EXPORT_MODEL_DIR,
+                                     EXPORT_README, EXPORT_SPEC, RESULTS_CSV, SPEC_SNAPSHOT, SUMMARY)
 from tuner.spec import load_spec
 from tuner.spec.sections import BestTrial
 
@@ -215,7 +215,7 @@ def test_checkpoint_score_defaults_to_the_metric_or_first_objective(tmp_path):
 
 
 def test_the_plan_says_the_scope_and_the_kept_checkpoints(tmp_path):
-    from tuner.engine import _describe_checkpoints, _describe_objectives
+    from tuner.run.engine import _describe_checkpoints, _describe_objectives
 
     path = tmp_path / "s.yaml"
     path.write_text(SPEC.replace("FAIL_DIR", str(tmp_path)))
@@ -258,7 +258,7 @@ def test_export_leaves_no_staging_folder_after_a_failure(tmp_path, monkeypatch):
     import socket
 
     from tuner.errors import ExperimentError
-    from tuner.export import export
+    from tuner.experiment.export import export
 
     exp = tmp_path / "runs" / "e"
     checkpoint = exp / "e_00000" / "checkpoint_000001"

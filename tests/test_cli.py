@@ -467,7 +467,7 @@ def test_ctrl_c_exits_130_with_partial_results(tmp_path, run_cli, make_spec):
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--num-cpus", "2",
                              "--storage", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    from tuner.state import read_state
+    from tuner.adapters.state import read_state
 
     exp = tmp_path / "runs" / "toy"
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tuner.layout import EXPORT_METRICS, EXPORT_MODEL_DIR
+from tuner.experiment.layout import EXPORT_METRICS, EXPORT_MODEL_DIR
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_cloud_storage")
@@ -176,7 +176,7 @@ def test_s3_storage_run_resume_report_list(s3, tmp_path, run_cli, on_session_ray
 
 
 def test_unreachable_bucket_is_a_clear_error_before_anything_starts(s3, tmp_path, run_cli):
-    from tuner.storage import join, mirror_dir
+    from tuner.experiment.storage import join, mirror_dir
 
     _, env, _ = s3
     spec = tmp_path / "cloud.yaml"
@@ -250,9 +250,9 @@ def test_s3_storage_ddp_trial_checkpoints_into_the_bucket(s3, tmp_path, run_cli,
 def test_warm_start_reads_an_earlier_experiment_from_the_bucket(s3):
     """search.warm_start names a cloud URI: its spec.yaml and results.csv are read from the bucket (no Ray)."""
     from tests.fixtures.paths import ROOT
-    from tuner.layout import RESULTS_CSV, SPEC_SNAPSHOT
+    from tuner.experiment.layout import RESULTS_CSV, SPEC_SNAPSHOT
     from tuner.spec import SpecError, load_spec
-    from tuner.warm_start import load_warm_start
+    from tuner.search.warm_start import load_warm_start
 
     storage, _, fs = s3
     base, query = storage.split("?", 1)

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from tests.fixtures.specs import one_trial_at_a_time
-from tuner.layout import RESULTS_CSV
-from tuner.params import flatten
+from tuner.experiment.layout import RESULTS_CSV
+from tuner.core.params import flatten
 from tuner.spec import SpecError, load_spec
 
 SPACE = """
@@ -126,7 +126,7 @@ def _spec(tmp_path, algorithm: str, num_samples: int, grid: bool = False, **extr
 
 
 def test_random_draws_meet_every_condition(tmp_path):
-    from tuner.space import presets
+    from tuner.search.space import presets
 
     spec = _spec(tmp_path, "random", 400)
     configs = presets(spec)
@@ -140,7 +140,7 @@ def test_random_draws_meet_every_condition(tmp_path):
 
 def test_grid_enumerates_each_valid_combination_once(tmp_path):
     """The grid's configs are exactly the distinct active projections of the full cross product."""
-    from tuner.space import grid_size, grid_values, presets, ray_num_samples
+    from tuner.search.space import grid_size, grid_values, presets, ray_num_samples
 
     spec = _spec(tmp_path, "grid", 2, grid=True)
     configs = [flatten(c) for c in presets(spec)]
@@ -187,8 +187,8 @@ def test_model_based_searchers_suggest_only_valid_configs(tmp_path, algorithm):
     the console (BOHB's sampler made numpy warn of a division by zero on the conditional space)."""
     import warnings
 
-    from tuner.algorithms import build_searcher
-    from tuner.space import to_ray_space
+    from tuner.search.algorithms import build_searcher
+    from tuner.search.space import to_ray_space
 
     spec = _spec(tmp_path, algorithm, 200)
     searcher = build_searcher(spec)

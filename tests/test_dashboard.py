@@ -274,12 +274,12 @@ def test_a_missing_folder_or_a_missing_extra_exits_2_before_serving(tmp_path, ru
 
 
 def test_a_changed_experiment_is_read_again_after_three_times_its_last_read(ray_local, tmp_path, make_spec):
-    """The dashboard's cost rule (tuner.dashboard.READ_WAIT_FACTOR): an experiment whose files changed is read again
+    """The dashboard's cost rule (tuner.report.dashboard.READ_WAIT_FACTOR): an experiment whose files changed is read again
     once 3 times its last read's seconds have passed, so a large live one takes at most a quarter of a core. The
     storage's clock is the test's: each refresh reads it once, and each read of the experiment twice more."""
     from tuner import tune_model
-    from tuner.dashboard import ExperimentStorage
-    from tuner.layout import RESULT_FILE
+    from tuner.report.dashboard import ExperimentStorage
+    from tuner.experiment.layout import RESULT_FILE
 
     tune_model(make_spec({**PARETO, "num_samples": 1}, storage=str(tmp_path / "runs")))
     exp = tmp_path / "runs" / "pareto"

@@ -187,14 +187,14 @@ def test_oom_backoff_single_process(ray_local, make_spec, fits, expect_error):
     else:
         assert df.loc[0, "status"] == "ERROR"
         assert result.summary["errors"][0]["error"] == (
-            "tuner.trainable.OutOfMemoryBackoffError: CUDA out of memory with batch_size=8; halving it would go "
+            "tuner.run.trainable.OutOfMemoryBackoffError: CUDA out of memory with batch_size=8; halving it would go "
             "below min_batch_size=8, so the trial stops here. Lower the model size or give the trial more GPU memory.")
 
 
 def test_a_ddp_trials_own_actor_asks_for_no_cpu():
     """README: a DDP trial's own actor only drives the Ray Train run and asks for no CPU (its workers ask for
     theirs); a single-process trial asks for resources.cpu/gpu."""
-    from tuner.trainable import driver_request
+    from tuner.run.trainable import driver_request
 
     assert driver_request(load_spec({**DDP, "trainable": "a.b:c"})) == {"cpu": 0, "memory": 1}
     single = load_spec({"trainable": "a.b:c", "resources": {"cpu": 2, "gpu": 0.5}})
@@ -211,7 +211,7 @@ def test_oom_backoff_frees_the_cuda_cache_before_it_halves_the_batch(monkeypatch
     trial with one paragraph where halving would go below min_batch_size. (CUDA faked: no GPU here.)"""
     import torch
 
-    from tuner.trainable import OutOfMemoryBackoffError, _back_off
+    from tuner.run.trainable import OutOfMemoryBackoffError, _back_off
 
     freed = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -260,7 +260,7 @@ def test_lean_trainer_leaves_out_only_what_it_names():
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from tuner.ray_internals import lean_torch_trainer
+    from tuner.adapters.ray_internals import lean_torch_trainer
 
     def names(trainer):
         return [type(cb).__name__ for cb in trainer._create_default_callbacks()]
@@ -276,8 +276,8 @@ def test_lean_trainer_leaves_out_only_what_it_names():
 
 
 def test_lean_train_env_keeps_what_the_user_set(monkeypatch):
-    from tuner.ray_internals import (TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV,
-                                     lean_train_env)
+    from tuner.adapters.ray_internals import (TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV,
+                                              lean_train_env)
 
     monkeypatch.delenv(TRAIN_HEALTH_CHECK_INTERVAL_ENV, raising=False)
     monkeypatch.delenv(TRAIN_PREEMPTION_WATCHER_ENV, raising=False)
@@ -294,7 +294,7 @@ def _lean_decision(trainable) -> bool:
     pickled with the trainable): the keyword of the ``_ddp_trial`` partial in the trainable's closure."""
     import functools
 
-    from tuner.trainable import _ddp_trial
+    from tuner.run.trainable import _ddp_trial
 
     [entry] = [c.cell_contents for c in trainable.__closure__ or ()
                if isinstance(c.cell_contents, functools.partial) and c.cell_contents.func is _ddp_trial]
@@ -307,8 +307,8 @@ def test_tuner_lean_ddp_0_keeps_ray_trains_defaults(ray_local, monkeypatch, tmp_
     from ray.train.torch import TorchTrainer
 
     from tests.trainables import ddp_probe
-    from tuner.ray_internals import TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV
-    from tuner.trainable import LEAN_DDP_ENV, _train_launcher, build_trainable
+    from tuner.adapters.ray_internals import TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV
+    from tuner.run.trainable import LEAN_DDP_ENV, _train_launcher, build_trainable
 
     controller_env = (TRAIN_HEALTH_CHECK_INTERVAL_ENV, TRAIN_PREEMPTION_WATCHER_ENV)
     for name in controller_env:  # unset here, and restored as they were after the test

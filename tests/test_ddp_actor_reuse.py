@@ -1,9 +1,9 @@
-"""DDP trials and Ray Tune's actor reuse (``tuner.trainable.reuse_actors``), without Ray."""
+"""DDP trials and Ray Tune's actor reuse (``tuner.run.trainable.reuse_actors``), without Ray."""
 
 import pytest
 
 from tuner.spec import load_spec
-from tuner.trainable import reuse_actors
+from tuner.run.trainable import reuse_actors
 
 SPEC = {"name": "ddp", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min", "num_samples": 2,
         "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 2}}

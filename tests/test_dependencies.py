@@ -118,9 +118,9 @@ def test_packages_needed_indirectly_are_declared():
 
 def test_the_import_check_catches_an_undeclared_package():
     declared = {name: req for name, req in _declared().items() if name != "pyarrow"}
-    problems = _uncovered({"pyarrow.fs": {"tuner/storage.py"}, "google.protobuf.struct_pb2": {"tuner/reporting.py"}},
+    problems = _uncovered({"pyarrow.fs": {"tuner/experiment/storage.py"}, "google.protobuf.struct_pb2": {"tuner/run/reporting.py"}},
                           declared)
-    assert len(problems) == 1 and problems[0].startswith("pyarrow.fs (imported by tuner/storage.py)"), problems
+    assert len(problems) == 1 and problems[0].startswith("pyarrow.fs (imported by tuner/experiment/storage.py)"), problems
 
 
 def test_every_dependency_has_a_lower_bound_that_the_installed_version_meets():
@@ -132,7 +132,7 @@ def test_every_dependency_has_a_lower_bound_that_the_installed_version_meets():
 
 #: Lower bounds that an API tuner uses sets: the package, the first version with it, and what.
 API_FLOORS = {
-    "optuna": ("5.0", "Trial.set_constraint and create_trial(constraints=...): tuner/algorithms.py _OptunaSearch "
+    "optuna": ("5.0", "Trial.set_constraint and create_trial(constraints=...): tuner/search/algorithms.py _OptunaSearch "
                       "(optuna/optuna#6754 and #6816, released in v5.0.0)"),
 }
 

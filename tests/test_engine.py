@@ -9,8 +9,8 @@ import yaml
 
 from tuner import tune_model
 from tuner.spec import SpecError, load_spec
-from tuner.engine import artifact_sync_config
-from tuner.trainable import kept_checkpoints
+from tuner.run.engine import artifact_sync_config
+from tuner.run.trainable import kept_checkpoints
 
 SPACE = {
     "x": {"type": "uniform", "low": 0, "high": 1},
@@ -231,7 +231,7 @@ def test_a_resumed_or_restarted_trial_keeps_the_results_it_reported_before(ray_l
     from ray.train._internal.storage import StorageContext  # the trial's storage, as Ray's controller makes it
     from ray.tune.experiment import Trial
 
-    from tuner.reporting import build_callbacks
+    from tuner.run.reporting import build_callbacks
     from tuner.spec import load_spec
 
     (tmp_path / "ckpt").mkdir()
@@ -291,7 +291,7 @@ def test_trial_timeout_ends_a_hung_trial_and_frees_its_slot(ray_local, make_spec
     df = result.dataframe
     hung = df["config/x"] > 0.5
     assert set(df.loc[hung, "status"]) == {"ERROR"} and set(df.loc[~hung, "status"]) == {"TERMINATED"}
-    assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
+    assert all(e["error"].startswith("tuner.run.trainable.TrialTimeoutError: the trial ran longer than "
                                      "trial_timeout_s=10 s and was ended") for e in result.summary["errors"])
 
 
@@ -299,8 +299,8 @@ LEAN_TAG = r"""
 import json, sys
 import ray.air._internal.usage as air_usage
 from ray._common.usage import usage_lib
-from tuner.ray_internals import lean_callback_usage_tag
-from tuner.failures import ExperimentStopper, StateSnapshots
+from tuner.adapters.ray_internals import lean_callback_usage_tag
+from tuner.run.failures import ExperimentStopper, StateSnapshots
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, LoggerCallback
 

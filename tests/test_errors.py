@@ -14,8 +14,8 @@ import pytest
 from tuner import cli, errors
 from tuner.errors import (ClusterError, DiskFullError, ExperimentError, ExperimentLocked, InputError, StorageError,
                           TrialError, TunerError)
-from tuner.ray_internals import GCS_CONNECT_TRIES_ENV
-from tuner.dashboard import DashboardError
+from tuner.adapters.ray_internals import GCS_CONNECT_TRIES_ENV
+from tuner.report.dashboard import DashboardError
 from tuner.report import ReportError
 from tuner.spec import SpecError, SpecIssue
 
@@ -35,7 +35,7 @@ def test_each_error_class_has_its_documented_exit_code():
     assert issubclass(SpecError, ValueError) and issubclass(ReportError, ValueError)
     assert issubclass(StorageError, RuntimeError) and issubclass(ExperimentLocked, RuntimeError)
     # One class each, wherever it is imported from.
-    from tuner import storage
+    from tuner.experiment import storage
 
     assert storage.StorageError is StorageError
 
@@ -98,7 +98,7 @@ def _tuner_exception_classes() -> set[type]:
 def _examples() -> dict[str, BaseException]:
     """One instance of each of tuner's exception classes, built as its raise sites build it (every argument)."""
     from tuner.spec.yaml_positions import _YAMLIssue
-    from tuner.trainable import OutOfMemoryBackoffError, TrialTimeoutError
+    from tuner.run.trainable import OutOfMemoryBackoffError, TrialTimeoutError
     from tuner.trial import NonFiniteMetricError
 
     issue = SpecIssue("num_samples", "must be greater than or equal to 1, but got 0 (int).", 5, 14, "--set x=1")
@@ -274,7 +274,7 @@ def test_an_address_where_no_ray_head_answers_fails_after_one_try(tmp_path, run_
 
 
 def test_a_locked_experiment_folder_exits_2_before_ray_starts(tmp_path, run_cli):
-    from tuner.failures import ExperimentLock
+    from tuner.run.failures import ExperimentLock
 
     ray_tmp = tmp_path / "ray"
     ray_tmp.mkdir()
@@ -295,7 +295,7 @@ def test_a_used_up_quota_is_a_full_disk_and_a_disk_full_before_any_state_says_th
     any state: the message says there is nothing to resume, to remove the folder and run again."""
     import errno
 
-    from tuner.files import disk_full
+    from tuner.experiment.files import disk_full
 
     quota = OSError(errno.EDQUOT, "Disk quota exceeded")
     wrapped = RuntimeError("the trial failed")

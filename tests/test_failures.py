@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from tuner.failures import ExperimentLock, ExperimentLocked
+from tuner.run.failures import ExperimentLock, ExperimentLocked
 
-HOLD = "import sys, time; from tuner.failures import ExperimentLock\n" \
+HOLD = "import sys, time; from tuner.run.failures import ExperimentLock\n" \
        "with ExperimentLock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)\n"
 
 
@@ -50,7 +50,7 @@ def test_lock_is_reentrant_across_sequential_runs(tmp_path):
 def test_a_run_refused_by_the_lock_writes_nothing(tmp_path):
     """Two runs that both passed the folder check: the one refused by the lock writes no spec.yaml or
     tuner_run.json (it used to write both before taking the lock)."""
-    from tuner.engine import prepare, run_prepared
+    from tuner.run.engine import prepare, run_prepared
 
     prepared = prepare({"name": "race", "trainable": "tests.trainables:quadratic", "storage": str(tmp_path)})
     exp = tmp_path / "race"
@@ -120,8 +120,8 @@ def test_the_releaser_removes_placement_groups_whose_creator_actor_died(ray_loca
     import ray
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-    from tuner.failures import PlacementGroupReleaser
-    from tuner.ray_internals import orphaned_placement_groups
+    from tuner.run.failures import PlacementGroupReleaser
+    from tuner.adapters.ray_internals import orphaned_placement_groups
 
     @ray.remote(num_cpus=0)
     class Controller:

@@ -1,4 +1,4 @@
-"""The budget forecast (tuner.forecast): hand-computed counts per scheduler, and through the real CLI
+"""The budget forecast (tuner.search.forecast): hand-computed counts per scheduler, and through the real CLI
 `tuner validate` (with --measure and --from), `tuner run` (the forecast recorded) and `tuner report` (the
 forecast against what was used, on a real Ray Hyperband run whose count the forecast gives exactly)."""
 
@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
-from tuner.forecast import (MAX_SIMULATED_TRIALS, SEED, SIMULATIONS, asha_evaluations, asha_paper, describe,
-                            _duration, describe_estimate, estimate, forecast, simulate_asha, simulation_runs)
+from tuner.search.forecast import (MAX_SIMULATED_TRIALS, SEED, SIMULATIONS, asha_evaluations, asha_paper, describe,
+                                   _duration, describe_estimate, estimate, forecast, simulate_asha, simulation_runs)
 from tuner.spec import load_spec
 
 # One xdist worker runs this file: its module-scoped run is built once (pyproject's --dist loadgroup).
@@ -115,9 +115,9 @@ def test_asha_first_trial_at_a_rung_goes_on_so_small_experiments_run_above_the_p
 
 
 def test_the_plan_and_the_time_lines_simulate_asha_at_the_trials_that_fit(tmp_path):
-    from tuner.engine import plan, prepare
-    from tuner.forecast import trials_at_once
-    from tuner.measure import Measurement, time_lines
+    from tuner.run.engine import plan, prepare
+    from tuner.search.forecast import trials_at_once
+    from tuner.run.measure import Measurement, time_lines
 
     raw = {"name": "p", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
            "num_samples": 16, "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}},
@@ -177,7 +177,7 @@ def test_the_simulation_decides_as_rays_asha_scheduler(scheduler, stop):
 
     from ray.tune.schedulers import TrialScheduler
 
-    from tuner.algorithms import build_scheduler
+    from tuner.search.algorithms import build_scheduler
 
     spec = _spec(scheduler, stop=stop, num_samples=14)
     unit = spec.scheduler.time_attr
@@ -231,7 +231,7 @@ def test_hyperband_max_t_caps_a_trial_only_where_rays_scheduler_stops_it_there(s
     as `tuner run` builds it), ends where the forecast says, at max_t 4 or at stop 10."""
     from ray.tune.schedulers import TrialScheduler
 
-    from tuner.algorithms import build_scheduler
+    from tuner.search.algorithms import build_scheduler
 
     spec = _spec({"type": "hyperband", "max_t": 4, "stop_last_trials": stop_last_trials},
                  stop={"training_iteration": 10}, num_samples=1)
@@ -388,8 +388,8 @@ def test_validate_measure_runs_one_trial_and_writes_nothing(run_cli, tmp_path):
 def test_measure_runs_its_trial_under_fifo_whatever_the_spec_scheduler(ray_local, tmp_path):
     """README: "`--measure N` runs the first trial the searcher draws for N iterations here, through Ray Tune (a
     FIFO scheduler, ...)": under a spec whose ASHA would stop every trial at max_t 1, the trial runs 3 iterations."""
-    from tuner.engine import prepare
-    from tuner.measure import measure
+    from tuner.run.engine import prepare
+    from tuner.run.measure import measure
 
     spec = {"name": "m", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min", "num_samples": 4,
             "param_space": {"x": {"type": "uniform", "low": 0, "high": 1}, "epochs": 5},
@@ -405,7 +405,7 @@ def test_measure_runs_its_trial_under_fifo_whatever_the_spec_scheduler(ray_local
 def test_from_leaves_each_trials_first_iteration_out(tmp_path):
     """--from an experiment whose trials' first iterations took 3 s and 5 s and the others 0.1 s to 0.4 s: the
     mean of the others only (with the firsts, 1.4 s)."""
-    from tuner.measure import from_experiment
+    from tuner.run.measure import from_experiment
 
     exp = tmp_path / "earlier"
     exp.mkdir()

@@ -1,13 +1,13 @@
-"""``resources.gpu: auto``: the packing policy (tuner.gpu_packing) rule by rule, without Ray, on a fake clock
+"""``resources.gpu: auto``: the packing policy (tuner.resources.gpu_packing) rule by rule, without Ray, on a fake clock
 and simulated GPU memory; tests/test_gpu_auto.py runs it through the CLI on Ray's logical GPUs."""
 
 from __future__ import annotations
 
 import pytest
 
-from tuner.gpu_packing import (CUDA_CONTEXT_BYTES, GpuMemory, GpuPacker, MemoryModel, describe_auto, footprint, ladder,
-                               level_share_of, memory_key, read_gpu_memory, round_share, start_level)
-from tuner.resources import ClusterResources
+from tuner.resources.gpu_packing import (CUDA_CONTEXT_BYTES, GpuMemory, GpuPacker, MemoryModel, describe_auto, footprint, ladder,
+                                         level_share_of, memory_key, read_gpu_memory, round_share, start_level)
+from tuner.resources.sizing import ClusterResources
 from tuner.spec.sections import GpuAuto
 
 GIB = 2**30
@@ -261,7 +261,7 @@ def test_the_plan_says_how_auto_will_pack():
     lines = describe_auto(GpuAuto(), 2, 1, 16, [GpuMemory(141 * GIB, 140 * GIB)], "NVML")
     assert "[4, 8] trials per GPU" in lines[0] and "16 CPUs per GPU / 2 per trial" in lines[0]
     assert "1 GPU(s) of 141.00 GiB" in lines[1] and "+ 25%" in lines[1]
-    from tuner.gpu_packing import cluster_shape
+    from tuner.resources.gpu_packing import cluster_shape
 
     cluster = ClusterResources(48, 4, "a cluster", nodes=((32, 2), (16, 2), (8, 0)))
     assert cluster_shape(cluster) == (4, 8.0, 2)
@@ -280,8 +280,8 @@ def test_nvml_is_read_only_where_the_cluster_is_this_machine(monkeypatch):
     """README: on a local Ray, the GPUs' free memory is read (NVML, here its stand-in reader) before more trials
     start; on a cluster of several nodes this machine's GPUs are not the trials', so nothing is read, in the plan
     either, and the trials' reports give the GPU memory."""
-    from tuner.gpu_packing import packer_for
-    from tuner.resources import describe_resources
+    from tuner.resources.gpu_packing import packer_for
+    from tuner.resources.sizing import describe_resources
     from tuner.spec import load_spec
 
     calls = []

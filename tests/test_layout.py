@@ -1,6 +1,6 @@
-"""One home for each shared concept, without Ray: the experiment folder's names (tuner.layout),
-Ray's experiment state read once (tuner.state), parameter names and Ray's result keys
-(tuner.params), and `tuner report` reading a folder built from those names alone."""
+"""One home for each shared concept, without Ray: the experiment folder's names (tuner.experiment.layout),
+Ray's experiment state read once (tuner.adapters.state), parameter names and Ray's result keys
+(tuner.core.params), and `tuner report` reading a folder built from those names alone."""
 
 import json
 import math
@@ -13,21 +13,22 @@ import pytest
 import yaml
 
 from tests.fixtures.paths import ROOT
-from tuner import layout
-from tuner.best import best_reported, is_finite_number, nan_to_none
-from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, flatten, leaves, nest, sampled_params, spec_paths
+from tuner.experiment import layout
+from tuner.core.best import best_reported, is_finite_number, nan_to_none
+from tuner.core.params import PROGRESS_KEYS, RAY_RESULT_KEYS, flatten, leaves, nest, spec_paths
+from tuner.spec.conditions import sampled_params
 from tuner.spec import load_spec
-from tuner.state import load_state_file, read_state
+from tuner.adapters.state import load_state_file, read_state
 
 
 def test_each_file_name_is_declared_once_in_tuner():
-    """Every name of tuner.layout appears as a string literal in tuner/ only where layout.py declares it."""
+    """Every name of tuner.experiment.layout appears as a string literal in tuner/ only where layout.py declares it."""
     names = [v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and len(v) >= 4]
     sources = {p.relative_to(ROOT).as_posix(): p.read_text() for p in (ROOT / "tuner").rglob("*.py")
-               if p.relative_to(ROOT).as_posix() != "tuner/layout.py"}
+               if p.relative_to(ROOT).as_posix() != "tuner/experiment/layout.py"}
     for name in names:
         for file, text in sources.items():
-            assert not re.search(rf"[\"']{re.escape(name)}[\"']", text), f"{file} spells {name!r}; use tuner.layout"
+            assert not re.search(rf"[\"']{re.escape(name)}[\"']", text), f"{file} spells {name!r}; use tuner.experiment.layout"
 
 
 def test_trial_folder_name_round_trip():
@@ -97,7 +98,7 @@ def test_finite_numbers_and_the_best_value():
 
 
 def _experiment(root: Path) -> Path:
-    """An experiment folder written from tuner.layout's names: what `tuner report` reads."""
+    """An experiment folder written from tuner.experiment.layout's names: what `tuner report` reads."""
     exp = root / "runs" / "made"
     exp.mkdir(parents=True)
     spec = {"name": "made", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",

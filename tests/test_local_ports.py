@@ -1,6 +1,6 @@
 """The TCP ports a local run opens, as the README's security paragraph names them.
 
-An embedded Ray is started the way ``tuner run`` starts it (``tuner.cluster.ray_session``,
+An embedded Ray is started the way ``tuner run`` starts it (``tuner.run.cluster.ray_session``,
 in tests/local_ray_probe.py), and every listening socket of its processes is read from
 ``/proc``: each must be one the README names, bound where the README says. Then the
 dashboard agent's HTTP API (on the machine's address) is asked, without the token, to
@@ -187,7 +187,7 @@ def test_an_explicit_ray_auth_mode_is_left_alone(tmp_path, monkeypatch):
     """README: `RAY_AUTH_MODE=disabled` turns authentication off. tuner turns token mode on only where the mode is
     unset or empty and a token is at hand; `disabled` (any case) stays as set, with a token file there, and is
     what Ray then reads (Ray's own: no token is sent). No Ray is started here."""
-    from tuner.cluster import use_token_if_available
+    from tuner.run.cluster import use_token_if_available
 
     (tmp_path / "auth_token").write_text("0123abcd")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from tuner.layout import PARETO_CONFIGS, RESULTS_CSV, SEARCHER_STATE, SUMMARY
-from tuner.pareto import hypervolume, hypervolume_history, pareto_front, reference_point
+from tuner.experiment.layout import PARETO_CONFIGS, RESULTS_CSV, SEARCHER_STATE, SUMMARY
+from tuner.search.pareto import hypervolume, hypervolume_history, pareto_front, reference_point
 from tuner.spec import load_spec
 from tuner.spec.sections import Constraint, Objective
 
@@ -95,9 +95,9 @@ def test_the_constraints_reach_optunas_study(objectives):
     """Each finished trial's constraint violations are set on its Optuna trial (``Trial.set_constraint``), a
     missing or NaN constrained metric as ``inf``: the study's ``trial.constraints``, which Optuna's samplers
     read, and its best trials, which leave the infeasible ones out although they are better."""
-    from tuner import ray_internals
-    from tuner.algorithms import build_searcher
-    from tuner.space import to_ray_space
+    from tuner.adapters import ray_internals
+    from tuner.search.algorithms import build_searcher
+    from tuner.search.space import to_ray_space
 
     metric = ["f1", "f2"][:objectives]
     spec = load_spec({"trainable": "a:b", "metric": metric if objectives > 1 else "f1",

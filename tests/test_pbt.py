@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from tuner import tune_model
-from tuner.layout import CLONE_SOURCES_DIR, PLACEMENT_GROUP_FILE, train_run_generation
+from tuner.experiment.layout import CLONE_SOURCES_DIR, PLACEMENT_GROUP_FILE, train_run_generation
 
 SPEC = {
     "name": "pbt",
@@ -104,7 +104,7 @@ def test_an_exploit_at_the_last_iteration_ends_with_the_cloned_checkpoints_resul
     trial's checkpoint result as its last result, so its last metrics in results.csv are those of the weights it
     holds. No `stop` here: the function's 4 epochs end the trials, so PBT (synch) perturbs at iteration 4 too, and
     the bottom trial restarts from the top trial's checkpoint of iteration 4 with nothing left to run."""
-    from tuner.schedule import read_perturbations
+    from tuner.search.schedule import read_perturbations
 
     spec = {k: v for k, v in SPEC.items() if k != "stop"}
     result = tune_model(make_spec(spec, name="last", param_space={**SPEC["param_space"], "epochs": 4}))
@@ -126,11 +126,11 @@ def test_pbt_exploits_a_class_trainable(ray_local, tmp_path, make_spec):
     """A ray.tune.Trainable with save/load_checkpoint and reset_config: the bottom trial loads the top trial's
     checkpoint (load_checkpoint) with the new config, and reaches the stop like the top trial. Under PBT, tuner
     does not let Ray reuse a class trainable's actors: on a cached actor an exploited trial was sometimes ended
-    after one result (1 run in 15 under load; tuner.trainable.reuse_actors)."""
+    after one result (1 run in 15 under load; tuner.run.trainable.reuse_actors)."""
     from tests.trainables import Accumulates
 
     from tuner.spec import load_spec
-    from tuner.trainable import reuse_actors
+    from tuner.run.trainable import reuse_actors
 
     spec = make_spec(SPEC, trainable=None)
     assert not reuse_actors(Accumulates, load_spec(spec, require_trainable=False)), "no actor reuse under PBT"
@@ -147,7 +147,7 @@ def test_pb2_exploits_within_bounds(ray_local, tmp_path, make_spec):
     after = [r for r in runs[0.1] if r["training_iteration"] > 2]
     assert after and all(r["restored_x"] == 1.0 and r["restored_total"] == pytest.approx(2.0) for r in after), after
     assert 0.0 <= after[0]["x"] <= 10.0 and after[0]["x"] != 0.1
-    # PB2's state as saved with the experiment for a resume (tuner.scheduler_state): the population, with
+    # PB2's state as saved with the experiment for a resume (tuner.search.scheduler_state): the population, with
     # trial ids for its trials, and the GP's data.
     from tests.test_scheduler_state import saved_scheduler
 
@@ -158,7 +158,7 @@ def test_pb2_exploits_within_bounds(ray_local, tmp_path, make_spec):
 
 def test_plan_lines(make_spec):
     """`tuner validate` shows the interval, the quantile and each mutation (pbt) or bound (pb2)."""
-    from tuner.algorithms import describe_search
+    from tuner.search.algorithms import describe_search
     from tuner.spec import load_spec
 
     assert describe_search(load_spec(make_spec(SPEC)))[1:] == [
@@ -181,7 +181,7 @@ def test_seed_seeds_the_drivers_generators(make_spec, scheduler):
 
     import numpy as np
 
-    from tuner.algorithms import build_scheduler
+    from tuner.search.algorithms import build_scheduler
     from tuner.spec import load_spec
 
     spec = load_spec(make_spec(SPEC, seed=7, scheduler=PB2 if scheduler == "pb2" else SPEC["scheduler"]))

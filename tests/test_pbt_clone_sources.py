@@ -1,5 +1,5 @@
 """PBT's clone sources outlive the top trials' num_to_keep, and go once no trial can restore from them
-(tuner.population.KeepsCloneSources).
+(tuner.search.population.KeepsCloneSources).
 
 A population of 6 on 2 CPUs, each trial checkpointing every iteration with ``num_to_keep: 1``
 (tests.trainables:clone_sources_member, whose score grows by its lr): by the time a bottom trial clones a
@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from tuner import tune_model
-from tuner.layout import CLONE_SOURCES_DIR, PROGRESS_FILE, RESULTS_CSV
+from tuner.experiment.layout import CLONE_SOURCES_DIR, PROGRESS_FILE, RESULTS_CSV
 
 POPULATION = 6
 MAX_T = 24
@@ -106,7 +106,7 @@ def test_a_copy_name_still_in_use_gets_the_next_free_suffix(tmp_path):
 
     from ray.tune import Checkpoint
 
-    from tuner.population import KeepsCloneSources
+    from tuner.search.population import KeepsCloneSources
 
     clones = tmp_path / CLONE_SOURCES_DIR
     in_use = {str(clones / "t1-5"), str(clones / "t1-5-2")}
@@ -141,8 +141,8 @@ def test_a_copy_stays_while_it_is_an_ended_trials_latest_checkpoint(tmp_path, mo
     run above reads them from Ray's PBT.)"""
     from ray.tune import Checkpoint
 
-    import tuner.ray_internals as ray_internals
-    from tuner.population import KeepsCloneSources
+    import tuner.adapters.ray_internals as ray_internals
+    from tuner.search.population import KeepsCloneSources
 
     clones = tmp_path / CLONE_SOURCES_DIR
     for name in ("t1-3", "t1-6"):

@@ -31,7 +31,7 @@ PROBE = """\
 import json
 import psutil
 import ray
-from tuner.cluster import ray_session
+from tuner.run.cluster import ray_session
 
 with ray_session(num_cpus=1):
     names = [p.name() for p in psutil.Process().children(recursive=True)]

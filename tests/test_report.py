@@ -150,8 +150,8 @@ def test_report_csv_and_json_agree_with_results_csv(run, run_cli):
     assert b["stopped_early"] == int((csv["training_iteration"] < 6).sum())
     assert b["trial_time_s"] < b["trial_time_s_without_early_stopping"]
     assert b["wall_time_s"] == pytest.approx(summary(run)["wall_time_s"], abs=0.01)
-    # The forecast recorded at run start: ASHA's simulation (tuner.forecast) at the 2 trials that fit 2 CPUs.
-    from tuner.forecast import forecast
+    # The forecast recorded at run start: ASHA's simulation (tuner.search.forecast) at the 2 trials that fit 2 CPUs.
+    from tuner.search.forecast import forecast
     from tuner.spec import load_spec
 
     fc = forecast(load_spec(yaml.safe_load(SPEC)), 6, 2)
@@ -240,9 +240,9 @@ def test_html_report_is_self_contained_with_pngs(run, html):
 
 
 def test_rungs_match_the_plan_of_tuner_validate(tmp_path):
-    """The report draws the rungs that `tuner validate` prints (tuner.rungs.bracket_rungs), computed without Ray."""
+    """The report draws the rungs that `tuner validate` prints (tuner.search.rungs.bracket_rungs), computed without Ray."""
     from tuner.report import scheduler_rungs
-    from tuner.rungs import bracket_rungs as rungs
+    from tuner.search.rungs import bracket_rungs as rungs
     from tuner.spec import load_spec
 
     base = {"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min"}
@@ -366,7 +366,7 @@ def test_progress_line_under_the_table(run):
 
 def test_no_progress_line_without_the_table(tmp_path):
     """reporting.cli.progress: false drops the line, not the table; cli: false drops both."""
-    from tuner.reporting import ProgressLine, TableReporter, build_reporter
+    from tuner.run.reporting import ProgressLine, TableReporter, build_reporter
     from tuner.spec import load_spec
 
     base = yaml.safe_load(SPEC)
@@ -531,7 +531,7 @@ def test_tensorboard_hparams_domain_is_written_only_when_the_experiment_ends(ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import metadata
 
-    from tuner.reporting import HParamsTBXCallback
+    from tuner.run.reporting import HParamsTBXCallback
     from tuner.spec import load_spec
 
     def hparams(folder):

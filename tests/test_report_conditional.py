@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures.cli import run_spec
-from tuner.params import flatten
+from tuner.core.params import flatten
 
 # One xdist worker runs this file: its module-scoped fixture is built once (pyproject's --dist loadgroup).
 pytestmark = [pytest.mark.xdist_group("test_report_conditional"), pytest.mark.slow]

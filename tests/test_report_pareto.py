@@ -3,7 +3,7 @@
 One real experiment is run once for the module through the CLI: ``tests.trainables:accuracy_cost``
 (accuracy max, cost min, and latency_ms constrained to <= 30), random search, 12 trials of 2
 iterations. Every check compares the report with a brute-force non-dominated filter over the
-trials' own ``result.json`` files, written out here without tuner.pareto or Optuna.
+trials' own ``result.json`` files, written out here without tuner.search.pareto or Optuna.
 """
 
 import json
@@ -277,7 +277,7 @@ def test_one_objective_with_a_constraint_never_picks_an_infeasible_best(exp, tmp
 
 def test_creation_index_of_a_saved_trial():
     """Ray's trial generators start each experiment_tag with their counter (random ids under a searcher)."""
-    from tuner.ray_internals import saved_trial_creation_index as index
+    from tuner.adapters.ray_internals import saved_trial_creation_index as index
 
     assert index({"trial_id": "b2f62762", "experiment_tag": "12_x=0.5488,y=0.0000"}) == 12
     assert index({"experiment_tag": "3_lr=0.01@perturbed[lr=0.012]"}) == 3

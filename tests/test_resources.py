@@ -1,8 +1,8 @@
-"""How many trials fit at once, node by node (tuner.resources); no Ray needed."""
+"""How many trials fit at once, node by node (tuner.resources.sizing); no Ray needed."""
 
 import pytest
 
-from tuner.resources import ClusterResources, check_fits, trials_that_fit
+from tuner.resources.sizing import ClusterResources, check_fits, trials_that_fit
 from tuner.spec import SpecError, load_spec
 
 TWO_SMALL_NODES = ClusterResources(2, 0, "the Ray cluster at h:6379 (2 nodes)", ((1, 0), (1, 0)))
@@ -68,7 +68,7 @@ def test_gpus_are_checked_node_by_node_too():
     ("asha", 2, False),  # asynchronous: compares against the rung's history
 ])
 def test_plan_notes_a_synchronous_hyperband_with_one_ddp_trial_at_a_time(scheduler, cpus, noted):
-    from tuner.resources import describe_resources
+    from tuner.resources.sizing import describe_resources
 
     s = load_spec({"trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
                    "resources": {"workers": 2, "cpu_per_worker": 1}, "scheduler": {"type": scheduler},

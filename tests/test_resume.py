@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures.paths import ROOT
-from tuner.layout import RUN_RECORD, SPEC_SNAPSHOT
+from tuner.experiment.layout import RUN_RECORD, SPEC_SNAPSHOT
 
 SPEC = """\
 name: steady
@@ -66,8 +66,8 @@ def wait_for_saved_checkpoint(exp, timeout=600):
     """Wait until Ray's newest experiment state in ``exp`` records a checkpoint for some trial, the one a
     resume restores (Ray rewrites the file every few seconds, so trials can report and checkpoint well
     before a state that knows of it is saved; a gate on the file, the timeout generous)."""
-    from tuner.ray_internals import SavedCheckpoints, saved_trial_entries
-    from tuner.state import load_state_file, newest_state_file
+    from tuner.adapters.ray_internals import SavedCheckpoints, saved_trial_entries
+    from tuner.adapters.state import load_state_file, newest_state_file
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -119,8 +119,8 @@ def test_sigkill_the_driver_repeatedly_then_resume_while_the_lock_refuses_others
         assert lines_of_progress(exp) < 6 * 6, "killed with work left"
     finally:
         proc.kill()
-    # A dashboard open across the resumes (tuner.dashboard's storage, read before and after): the same study.
-    from tuner.dashboard import ExperimentStorage
+    # A dashboard open across the resumes (tuner.report.dashboard's storage, read before and after): the same study.
+    from tuner.report.dashboard import ExperimentStorage
 
     clock = [0.0]  # its refresh period's clock, moved on by the test
     dashboard = ExperimentStorage([exp], clock=lambda: clock[0])
@@ -187,7 +187,7 @@ def resume_in_process(exp, **flags):
     """A resume through the Python API that `tuner resume` calls (prepare_resume, then resume_prepared),
     on the session's Ray: for the resumes whose exit code and console are not what the test proves.
     Returns the TuneResult of the whole experiment."""
-    from tuner.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import prepare_resume, resume_prepared
 
     return resume_prepared(prepare_resume(exp), **flags)
 
@@ -287,7 +287,7 @@ def test_resume_of_a_finished_experiment_reruns_nothing_even_from_the_snapshot(r
     searcher's and the callbacks' (the ASHA scheduler's state). `tuner resume` falls back to the snapshots,
     names them, and keeps the broken files aside; without the searcher's and callbacks' snapshots, Ray's restore
     fails on a cut pickle ("pickle data was truncated")."""
-    from tuner.failures import STATE_KINDS
+    from tuner.run.failures import STATE_KINDS
 
     spec = tmp_path / "steady.yaml"
     spec.write_text(SPEC.replace("num_samples: 6", "num_samples: 2").replace("epochs: 6", "epochs: 2")
@@ -351,7 +351,7 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
         # 3 epochs, max_t 6 all the same: Hyperband's rungs are those of max_t, so the interrupt finds
         # the same trials PAUSED at the rung of 2 as with 6 epochs, but each needs 1 more epoch, not 4,
         # after the resume. The resumed Hyperband has its brackets back (tuner's saved scheduler state,
-        # tuner/scheduler_state.py) and unpauses each paused trial, in a new process, when its bracket
+        # tuner/search/scheduler_state.py) and unpauses each paused trial, in a new process, when its bracket
         # lets it go on. Epochs of 1.5 s (sleeping costs no CPU): a trial unpaused before the interrupt
         # lands takes about as long as its 4 epochs of 0.4 s did.
         body = body.replace("epochs: 6", "epochs: 3").replace("sleep: 0.4", "sleep: 1.5")
@@ -367,7 +367,7 @@ def test_searcher_state_survives_interrupt_and_resume(tmp_path, search, schedule
     proc.communicate(timeout=120)
     assert proc.returncode == 130
     if search == "bohb":
-        from tuner.state import read_state
+        from tuner.adapters.state import read_state
 
         assert "PAUSED" in {t["status"] for t in read_state(exp).trials}, "interrupted with trials PAUSED at a rung"
     learnt = observations(exp)
@@ -403,13 +403,13 @@ reporting: {{cli: false}}
 
 
 def check_fall_back_on_copies(exp, trial_folder, copies):
-    """tuner.failures.fall_back_to_existing_checkpoints on copies of an experiment whose errored trial has the
+    """tuner.run.failures.fall_back_to_existing_checkpoints on copies of an experiment whose errored trial has the
     checkpoints of epochs 0 and 1 (the state names epoch 1's), no Ray: a checkpoint on disk that the state
     does not record but a line of result.json names is taken, with that line's iteration; with none left,
     the trial starts over; with the named one there, nothing changes."""
-    from tuner.failures import fall_back_to_existing_checkpoints
-    from tuner.ray_internals import SavedCheckpoints, saved_trial_entries
-    from tuner.state import read_state
+    from tuner.run.failures import fall_back_to_existing_checkpoints
+    from tuner.adapters.ray_internals import SavedCheckpoints, saved_trial_entries
+    from tuner.adapters.state import read_state
 
     def latest(copy):
         state = read_state(copy)
@@ -448,7 +448,7 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
     the first run's stale result.json of the errored trial over the one the middle resume wrote. The
     trial keeps its seed through the resume and gets a new one, from the seed and its config, when it
     starts over under a new id."""
-    from tuner.seeds import seed_of_trial
+    from tuner.search.seeds import seed_of_trial
 
     spec = tmp_path / "errs.yaml"
     spec.write_text(ERRORS.format(fail_dir=tmp_path))
@@ -504,13 +504,13 @@ def test_resume_errored_continues_from_checkpoints_and_restart_errored_starts_ov
 
 
 def test_state_snapshots_copy_a_readable_state_once_and_again_only_when_it_changed(tmp_path):
-    """The snapshot of Ray's experiment state (tuner.failures.StateSnapshots): a readable file is copied, an
+    """The snapshot of Ray's experiment state (tuner.run.failures.StateSnapshots): a readable file is copied, an
     unchanged one is not read and copied again (the file holds every trial, ~10 kB each), a changed one is,
     and a truncated one never replaces the last good copy. No Ray: the callback's hooks on real files."""
     import pickle
 
-    from tuner.failures import StateSnapshots
-    from tuner.layout import EXPERIMENT_STATE, STATE_SNAPSHOT_DIR
+    from tuner.run.failures import StateSnapshots
+    from tuner.experiment.layout import EXPERIMENT_STATE, STATE_SNAPSHOT_DIR
 
     state = tmp_path / EXPERIMENT_STATE.format("2026-01-01_00-00-00")
     copy = tmp_path / STATE_SNAPSHOT_DIR / state.name
@@ -546,9 +546,9 @@ def test_a_cut_searcher_or_scheduler_state_comes_back_from_its_snapshot_or_is_se
     that state from an older file, or starts it afresh. No Ray: the callback's hooks on real files."""
     import pickle
 
-    from tuner.failures import StateSnapshots, restore_state_snapshot
-    from tuner.layout import (CALLBACK_STATE, CORRUPT_SUFFIX, EXPERIMENT_STATE, SEARCH_GEN_STATE, SEARCHER_STATE,
-                              STATE_SNAPSHOT_DIR)
+    from tuner.run.failures import StateSnapshots, restore_state_snapshot
+    from tuner.experiment.layout import (CALLBACK_STATE, CORRUPT_SUFFIX, EXPERIMENT_STATE, SEARCH_GEN_STATE, SEARCHER_STATE,
+                                         STATE_SNAPSHOT_DIR)
 
     stamp = "2026-01-01_00-00-00"
     experiment = tmp_path / EXPERIMENT_STATE.format(stamp)
@@ -580,10 +580,10 @@ def test_a_cut_searcher_or_scheduler_state_comes_back_from_its_snapshot_or_is_se
 def test_state_snapshots_wait_1_s_or_19_times_the_last_copy_then_copy_the_next_save(tmp_path, monkeypatch):
     """The README's rate: a changed state is copied at most every second, or 19 times what the last copy took
     (Ray's own rule for its saves), whichever is longer; past that, the first step after a new save copies
-    it. The callback's clock (tuner.failures._monotonic) is set by the test: no sleeping, no Ray."""
-    from tuner import failures
-    from tuner.failures import StateSnapshots
-    from tuner.layout import EXPERIMENT_STATE, STATE_SNAPSHOT_DIR
+    it. The callback's clock (tuner.run.failures._monotonic) is set by the test: no sleeping, no Ray."""
+    from tuner.run import failures
+    from tuner.run.failures import StateSnapshots
+    from tuner.experiment.layout import EXPERIMENT_STATE, STATE_SNAPSHOT_DIR
 
     state = tmp_path / EXPERIMENT_STATE.format("2026-01-01_00-00-00")
     copy = tmp_path / STATE_SNAPSHOT_DIR / state.name

@@ -1,4 +1,4 @@
-"""What a PBT run gives back (tuner/schedule.py): the perturbations in summary.json, best_schedule.yaml,
+"""What a PBT run gives back (tuner/search/schedule.py): the perturbations in summary.json, best_schedule.yaml,
 the report's PBT plots, and `tuner run --replay`, on one real PBT run through a tuner spec (4 trials of
 tests.trainables:pbt_member, synchronous, 6 iterations, a perturbation every 2) made once for the module.
 """
@@ -13,10 +13,10 @@ import matplotlib.colors as mcolors
 import pytest
 import yaml
 
-from tuner.params import flatten
-from tuner.state import newest_state_file
-from tuner.layout import (BEST_SCHEDULE, PBT_GLOBAL, PROGRESS_FILE, REPLAY_POLICY, RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT,
-                          SUMMARY)
+from tuner.core.params import flatten
+from tuner.adapters.state import newest_state_file
+from tuner.experiment.layout import (BEST_SCHEDULE, PBT_GLOBAL, PROGRESS_FILE, REPLAY_POLICY, RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT,
+                                     SUMMARY)
 
 pytestmark = pytest.mark.xdist_group("test_schedule")
 
@@ -56,7 +56,7 @@ def _trial_folder(exp: Path, trial_id: str) -> Path:
 @pytest.fixture(scope="module")
 def pbt(tmp_path_factory, ray_local):
     """The PBT run: (spec file, TuneResult)."""
-    from tuner.engine import tune_model
+    from tuner.run.engine import tune_model
 
     root = tmp_path_factory.mktemp("pbt")
     spec = root / "pbt.yaml"
@@ -136,7 +136,7 @@ def _changed(steps: list[dict]) -> list[str]:
 
 @pytest.mark.slow
 def test_best_schedule_yaml_matches_the_perturbations(pbt):
-    from tuner.schedule import best_schedule
+    from tuner.search.schedule import best_schedule
 
     _, result = pbt
     exp = Path(result.experiment_path)
@@ -240,7 +240,7 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli, on_sessi
     changes at each step of the schedule (progress.csv) and that trains every iteration of ``stop``
     (Ray 2.60's replay alone ended the trial one iteration after its first change), in <name>-replay
     with the policy it replayed and a tuner_run.json that names the experiment and the schedule."""
-    from tuner.schedule import best_schedule
+    from tuner.search.schedule import best_schedule
 
     spec, result = pbt
     exp = Path(result.experiment_path)
@@ -314,8 +314,8 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli, on_sessi
 @pytest.mark.slow
 def test_replay_defaults_to_the_best_trial(pbt):
     """--replay EXPERIMENT without :TRIAL replays the trial summary.json names best (its schedule and seed)."""
-    from tuner.engine import prepare
-    from tuner.schedule import trial_schedule
+    from tuner.run.engine import prepare
+    from tuner.search.schedule import trial_schedule
 
     spec, result = pbt
     exp = Path(result.experiment_path)
@@ -331,7 +331,7 @@ def test_replay_defaults_to_the_best_trial(pbt):
 def test_replay_is_named_name_replay_unless_a_name_is_given(name, monkeypatch, tmp_path):
     """README "Running": the replay is a new experiment, `<name>-replay` unless `--name` (`name=`) is given; the
     replayed experiment is a stand-in here (check_replay reads a real one), and nothing starts."""
-    from tuner import engine
+    from tuner.run import engine
 
     schedule = [{"from_iteration": 0, "config": {"lr": 0.2, "opt": {"width": 30}}}]
     replayed = engine.Replay(tmp_path / "pbt", "t1", "", schedule)

@@ -1,4 +1,4 @@
-"""The scheduler's state across SIGKILL, Ctrl-C and resume (tuner/scheduler_state.py).
+"""The scheduler's state across SIGKILL, Ctrl-C and resume (tuner/search/scheduler_state.py).
 
 Each test runs one experiment twice on deterministic trials (loss = x + 1/(epoch + 1), checkpointed
 every epoch): once uninterrupted, as the reference (one per scheduler, shared by its tests; ASHA's and the
@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures.paths import ROOT
-from tuner.layout import CALLBACK_STATE_GLOB, EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
+from tuner.experiment.layout import CALLBACK_STATE_GLOB, EXPERIMENT_STATE_GLOB, STATE_SNAPSHOT_DIR
 
 # One xdist worker runs this file, so its module-scoped references (an uninterrupted run of each case) are
 # made once: the hyperband one serves both the SIGKILL and the Ctrl-C case.
@@ -89,13 +89,13 @@ def final_iterations(exp: Path) -> list[tuple]:
 
 
 def saved_state(exp: Path) -> dict | None:
-    """The experiment's newest saved scheduler state (tuner.scheduler_state.dump_scheduler's), or None: also while
+    """The experiment's newest saved scheduler state (tuner.search.scheduler_state.dump_scheduler's), or None: also while
     Ray is still writing the file (it writes it in place, so a read can find it cut short)."""
     import pickle
 
     from ray import cloudpickle
 
-    from tuner.scheduler_state import STATE_KEY
+    from tuner.search.scheduler_state import STATE_KEY
 
     files = sorted(exp.glob(CALLBACK_STATE_GLOB))
     if not files:
@@ -109,7 +109,7 @@ def saved_state(exp: Path) -> dict | None:
 
 def saved_scheduler(exp: Path) -> dict:
     """The attributes of the experiment's newest saved scheduler, with trial ids for its trials."""
-    from tuner.scheduler_state import load_scheduler
+    from tuner.search.scheduler_state import load_scheduler
 
     class Ids(dict):
         def __missing__(self, key):
@@ -131,7 +131,7 @@ def brackets(exp: Path) -> list[frozenset]:
 
 
 def statuses(exp: Path) -> dict[str, str]:
-    from tuner.state import read_state
+    from tuner.adapters.state import read_state
 
     state = read_state(exp)
     return {t["trial_id"]: t["status"] for t in state.trials} if state else {}
@@ -146,8 +146,8 @@ def held_trials(gate: Path) -> dict[str, int]:
 
 def saved_iterations(exp: Path) -> dict[str, int]:
     """Each trial's last training_iteration in the experiment state (0 before its first result)."""
-    from tuner.ray_internals import saved_trial_entries
-    from tuner.state import read_state
+    from tuner.adapters.ray_internals import saved_trial_entries
+    from tuner.adapters.state import read_state
 
     state = read_state(exp)
     out = {}
@@ -215,7 +215,7 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
     finally:
         proc.kill()
         proc.communicate()
-    from tuner.failures import restore_state_snapshot
+    from tuner.run.failures import restore_state_snapshot
 
     restore_state_snapshot(exp)  # what a resume does first: a kill during Ray's copy of a state file cuts it short
     return statuses(exp)
@@ -224,7 +224,7 @@ def kill_while_held(spec: Path, exp: Path, gate: Path, sig: int = signal.SIGKILL
 def snapshots_current(exp: Path) -> bool:
     """Whether tuner's snapshots (.tuner_state/) of the experiment state and the callbacks' state hold the bytes
     of the newest files in the experiment folder: then a kill that cuts either file short leaves its snapshot of
-    the same moment, which the resume puts back (tuner.failures.restore_state_snapshot)."""
+    the same moment, which the resume puts back (tuner.run.failures.restore_state_snapshot)."""
     for glob in (EXPERIMENT_STATE_GLOB, CALLBACK_STATE_GLOB):
         files = sorted(exp.glob(glob))
         copy = exp / STATE_SNAPSHOT_DIR / files[-1].name if files else None
@@ -259,7 +259,7 @@ def references(ray_local, tmp_path_factory):
 
 
 def resume(exp: Path) -> None:
-    from tuner.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import prepare_resume, resume_prepared
 
     resume_prepared(prepare_resume(exp))
 
@@ -305,7 +305,7 @@ def test_scheduler_state_survives_sigkill_and_resume(ray_local, references, tmp_
 def test_a_resume_without_a_saved_scheduler_state_says_so(ray_local, tmp_path):
     """A folder without tuner's scheduler state (an older tuner's): the resume says that the scheduler starts
     afresh, and says nothing when the state is there."""
-    from tuner.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import prepare_resume, resume_prepared
 
     exp = run_reference(tmp_path, "asha")
     assert final_iterations(exp) == REFERENCE_ITERATIONS["asha"], "the constant is what an uninterrupted run gives"

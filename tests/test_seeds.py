@@ -1,4 +1,4 @@
-"""Reproducible trials: each trial's own seed (tuner.seeds, trial.seed()) and `seed_trials: true`.
+"""Reproducible trials: each trial's own seed (tuner.search.seeds, trial.seed()) and `seed_trials: true`.
 
 Pure tests of the derivation, and one spec whose trials report draws from random, numpy and
 torch, run twice: through the real CLI and through tune_model."""
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from tuner import trial
-from tuner.ray_internals import trial_creation_index
-from tuner.seeds import config_digest, rank_seed, seed_everything, seed_of_trial, trial_seed
+from tuner.adapters.ray_internals import trial_creation_index
+from tuner.search.seeds import config_digest, rank_seed, seed_everything, seed_of_trial, trial_seed
 
 
 def test_trial_seed_is_numpys_seed_sequence_of_the_experiment_seed_and_the_index():
@@ -63,7 +63,7 @@ def test_seed_everything_and_the_trial_api():
 
 
 def test_the_plan_says_the_trials_are_seeded(make_spec):
-    from tuner.algorithms import describe_search
+    from tuner.search.algorithms import describe_search
     from tuner.spec import load_spec
 
     assert not load_spec(make_spec()).seed_trials, "off by default"

@@ -82,7 +82,7 @@ def assert_best_is_the_tables_best_row(exp, s):
     import pandas as pd
     import yaml
 
-    from tuner.params import flatten
+    from tuner.core.params import flatten
 
     table = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     row = table.iloc[0]
@@ -110,7 +110,7 @@ def assert_dashboard_shows(exp):
     import pandas as pd
     from optuna.trial import TrialState
 
-    from tuner.dashboard import ExperimentStorage
+    from tuner.report.dashboard import ExperimentStorage
     from tuner.report import load_experiment
 
     s, info = summary(exp), load_experiment(exp)

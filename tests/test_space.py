@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from ray.tune.search.sample import Categorical, Domain
 
-from tuner.params import sampled_params
-from tuner.space import grid_size, grid_values, plain, to_ray_space
+from tuner.spec.conditions import sampled_params
+from tuner.search.space import grid_size, grid_values, plain, to_ray_space
 from tuner.spec import load_spec
 
 BASE = {"trainable": "tests.trainables:quadratic"}

@@ -402,7 +402,7 @@ def test_searchers_accept_the_quantized_integers_they_represent(make_spec, algo,
     spec = load_spec(path)
     assert spec.param_space["p"].type == dist.split(",")[0].split()[-1]
     if algo == "optuna":  # Optuna's IntDistribution keeps the step
-        from tuner.algorithms import optuna_distributions
+        from tuner.search.algorithms import optuna_distributions
 
         assert optuna_distributions(spec)["p"].step == spec.param_space["p"].q
 
@@ -410,7 +410,7 @@ def test_searchers_accept_the_quantized_integers_they_represent(make_spec, algo,
 def test_stop_on_the_metric_under_min_stops_once_it_is_low_enough(ray_local, tmp_path):
     """quadratic reports loss = 1/(i+1) at x=0.3: 1, 0.5, 0.33, 0.25, ...; `stop: {loss: 0.3}` ends it at the 4th."""
     from tuner import tune_model
-    from tuner.engine import plan, prepare
+    from tuner.run.engine import plan, prepare
 
     spec = {"name": "stop-min", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
             "param_space": {"x": 0.3, "epochs": 10}, "stop": {"loss": 0.3, "training_iteration": 8},

@@ -1,4 +1,4 @@
-"""Where the local mirror of a cloud experiment lives (``tuner.storage.mirror_dir``), without a bucket."""
+"""Where the local mirror of a cloud experiment lives (``tuner.experiment.storage.mirror_dir``), without a bucket."""
 
 from pathlib import Path
 
@@ -6,7 +6,7 @@ from pathlib import Path
 def test_the_default_mirror_folder_is_under_home_cache(tmp_path, monkeypatch):
     """README: the driver keeps a local mirror of a cloud experiment "under `~/.cache/tuner/storage/`
     (`$TUNER_CACHE_DIR/storage/` when that is set)"."""
-    from tuner.storage import mirror_dir
+    from tuner.experiment.storage import mirror_dir
 
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))

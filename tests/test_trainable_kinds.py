@@ -103,7 +103,7 @@ def test_class_trainable_failures_timeout_and_amp(ray_local, tmp_path, make_spec
                                 param_space={"x": 0.8, "sleep": 2}),
                       trainable=Counter)
     assert set(slow.dataframe["status"]) == {"ERROR"} and len(slow.errors) == 1
-    assert all(e["error"].startswith("tuner.trainable.TrialTimeoutError: the trial ran longer than "
+    assert all(e["error"].startswith("tuner.run.trainable.TrialTimeoutError: the trial ran longer than "
                                      "trial_timeout_s=3 s") for e in slow.errors), slow.errors
 
 
@@ -148,9 +148,9 @@ def test_non_finite_metric_never_reaches_the_rungs(ray_local, tmp_path, kind, ba
     its first iteration on (a rung's iteration), which must never get there."""
     from ray import tune
 
-    from tuner.algorithms import build_scheduler
+    from tuner.search.algorithms import build_scheduler
     from tuner.spec import load_spec, resolve_trainable
-    from tuner.trainable import build_trainable
+    from tuner.run.trainable import build_trainable
 
     xs = [0.2, 0.8]
     s = load_spec(make_spec(TRAINABLES, trainable=kind, num_samples=1, stop={"training_iteration": 3},
@@ -277,7 +277,7 @@ def test_checkpoint_config_of_each_kind_of_trainable():
     trainable with save_checkpoint; `num_to_keep` applies to every kind. (No Ray started.)"""
     from tests.trainables import Counter, NoCheckpoints, raw_ray
     from tuner.spec import load_spec
-    from tuner.trainable import checkpoint_config
+    from tuner.run.trainable import checkpoint_config
 
     spec = load_spec({"trainable": "a.b:c", "checkpoint": {"frequency": 3, "num_to_keep": 2}})
     for fn in (raw_ray, lambda config: None):

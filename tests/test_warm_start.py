@@ -1,6 +1,6 @@
 """search.warm_start: earlier experiments' finished trials checked against the spec and fed to the searcher.
 
-Pure tests of the comparison rules (tuner.warm_start.compare_spaces, contains); golden refusals against a
+Pure tests of the comparison rules (tuner.search.warm_start.compare_spaces, contains); golden refusals against a
 committed earlier experiment (tests/warm_start/earlier: spec.yaml and results.csv, as `tuner run` leaves
 them), one of them through the real CLI; and real runs: an experiment A on the session's Ray, then B
 warm-started from it under optuna (through `tuner run`, the study read back from B's searcher state),
@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from tests.fixtures.paths import ROOT
-from tuner.layout import RESULTS_CSV, SEARCHER_STATE
+from tuner.experiment.layout import RESULTS_CSV, SEARCHER_STATE
 from tuner.spec import SpecError, load_spec
-from tuner.warm_start import EarlierTrial, WarmStart, compare_spaces, contains, load_warm_start, space_params
+from tuner.search.warm_start import EarlierTrial, WarmStart, compare_spaces, contains, load_warm_start, space_params
 
 BAD = sorted((ROOT / "tests" / "warm_start" / "bad").glob("*.yaml"))
 EARLIER = ROOT / "tests" / "warm_start" / "earlier"
@@ -180,7 +180,7 @@ def earlier(ray_local, tmp_path_factory):
 
 
 def _restored(experiment: Path, cls):
-    from tuner import ray_internals
+    from tuner.adapters import ray_internals
 
     searcher = cls()
     searcher.restore(sorted(glob.glob(str(experiment / SEARCHER_STATE.format("*"))))[-1])  # the newest session's
@@ -192,7 +192,7 @@ def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study
     """B (`tuner run`) adds every trial of A to its study before its first suggestion, and says so. Resumed
     with one trial more (in-process, as `tuner resume` does, with A's folder gone), B's searcher still holds them, once each,
     and learns from the new trial too."""
-    from tuner.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import prepare_resume, resume_prepared
 
     from ray.tune.search.optuna import OptunaSearch
 
@@ -250,9 +250,9 @@ def test_random_search_runs_the_earlier_best_first_and_samples_a_new_parameter(e
 def test_bohb_tells_its_model_the_earlier_trials_at_the_budget_each_reached(monkeypatch):
     """The searcher as Tune sets it up (set_search_properties with the Ray space): the earlier trials are in
     hpbandster's BOHB at their budgets (iterations), and its model is fitted on the largest."""
-    from tuner import ray_internals
-    from tuner.algorithms import build_searcher
-    from tuner.space import to_ray_space
+    from tuner.adapters import ray_internals
+    from tuner.search.algorithms import build_searcher
+    from tuner.search.space import to_ray_space
 
     monkeypatch.chdir(ROOT)
     spec = _spec({"x": U01, "epochs": 2}, "bohb", warm_start=["tests/warm_start/earlier"], min_points_in_model=2)
@@ -268,8 +268,8 @@ def test_bohb_tells_its_model_the_earlier_trials_at_the_budget_each_reached(monk
 def test_optuna_adds_the_earlier_trials_to_a_define_by_run_study(monkeypatch):
     """A conditional space (Optuna's define-by-run, which Ray's evaluated_rewards refuses): each earlier trial is
     a completed trial with the parameters it has; momentum, new and active under sgd only, is absent."""
-    from tuner import ray_internals
-    from tuner.algorithms import build_searcher
+    from tuner.adapters import ray_internals
+    from tuner.search.algorithms import build_searcher
 
     monkeypatch.chdir(ROOT)
     spec = _spec({"x": U01, "opt": {"type": "choice", "values": ["sgd", "adam"]},
@@ -288,8 +288,8 @@ def test_optuna_adds_the_earlier_trials_to_a_define_by_run_study(monkeypatch):
 def _first_choices(n_startup_trials: int, seeds=range(8)) -> list[str]:
     """The ``opt`` of each seed's first Optuna suggestion, warm-started from tests/warm_start/earlier (5 usable
     trials; the best by far is adam's)."""
-    from tuner.algorithms import build_searcher
-    from tuner.space import to_ray_space
+    from tuner.search.algorithms import build_searcher
+    from tuner.search.space import to_ray_space
 
     out = []
     for seed in seeds:
@@ -329,9 +329,9 @@ def test_optuna_warm_starts_several_objectives_with_the_feasible_earlier_trials(
     """Two objectives and a constraint on one of them: the earlier trials are added to the two-direction study
     with both values, feasible (constraints set to 0); the infeasible one and the one without a value are left
     out, each with a note."""
-    from tuner import ray_internals
-    from tuner.algorithms import build_searcher
-    from tuner.space import to_ray_space
+    from tuner.adapters import ray_internals
+    from tuner.search.algorithms import build_searcher
+    from tuner.search.space import to_ray_space
 
     exp = _earlier_multi_objective(tmp_path)
     spec = load_spec({**BASE, "metric": ["loss", "cost"], "mode": ["min", "min"], "seed": 0,
@@ -354,8 +354,8 @@ def test_random_search_runs_the_best_3_earlier_trials_right_after_the_points_to_
     random draws: the order of the generator's trials."""
     from ray.tune.experiment import Experiment
 
-    from tuner.algorithms import build_searcher
-    from tuner.space import to_ray_space
+    from tuner.search.algorithms import build_searcher
+    from tuner.search.space import to_ray_space
 
     point = {"x": 0.9, "opt": "sgd", "width": 10}
     spec = load_spec({**BASE, "num_samples": 6, "seed": 0, "param_space": {

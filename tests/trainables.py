@@ -209,7 +209,7 @@ def _crash_after_the_report(marker: str) -> None:
 
     import torch.distributed as dist
 
-    from tuner.ray_internals import train_reports_pending
+    from tuner.adapters.ray_internals import train_reports_pending
 
     crash = not os.path.exists(marker)
     if trial.world_size() > 1:

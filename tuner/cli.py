@@ -18,7 +18,7 @@ import traceback
 import click
 
 from tuner.errors import InputError, TrialError, TunerError
-from tuner.layout import BEST_CONFIG, PARETO_CONFIGS, RESULTS_CSV, SUMMARY
+from tuner.experiment.layout import BEST_CONFIG, PARETO_CONFIGS, RESULTS_CSV, SUMMARY
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, TrialError.exit_code, InputError.exit_code, 130
 
@@ -61,7 +61,7 @@ def _parse_sets(sets: tuple[str, ...], storage=None, name=None, num_samples=None
     """
     from tuner.spec import Override, parse_set
 
-    from tuner.storage import display
+    from tuner.experiment.storage import display
 
     # A storage URI's query and user info (endpoints, keys) stay out of messages.
     options = [Override((key,), value, f"{flag} {display(value) if key == 'storage' else value}")
@@ -72,7 +72,7 @@ def _parse_sets(sets: tuple[str, ...], storage=None, name=None, num_samples=None
 
 
 def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(), address=None, replay=None):
-    from tuner.engine import prepare
+    from tuner.run.engine import prepare
     from tuner.spec import load_spec
 
     # Loaded here, so that a --set whose path or value is wrong is named as the culprit.
@@ -103,7 +103,7 @@ def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, ad
         raise InputError("--measure and --from exclude each other; choose one.")
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
     _check_cluster(prepared)
-    from tuner import measure as timing
+    from tuner.run import measure as timing
 
     # A bad --from fails before the plan is printed.
     measured = timing.from_experiment(_local_copy(from_experiment)) if from_experiment is not None else None
@@ -114,7 +114,7 @@ def _check_cluster(prepared) -> None:
     """With an address: check the plan against the cluster's resources (connected, or refused) before anything
     is printed or made; without one, nothing (a local Ray's resources are known from the options)."""
     if prepared.address is not None:
-        from tuner.engine import check_cluster
+        from tuner.run.engine import check_cluster
 
         check_cluster(prepared)
 
@@ -123,12 +123,12 @@ def _echo_plan(prepared, measured=None, measure: int | None = None) -> None:
     """Print the plan and its forecast in time, as `tuner validate` (and `tuner run --dry-run`) show them.
 
     Args:
-        prepared: A :class:`tuner.engine.Prepared`, its cluster checked (:func:`_check_cluster`).
+        prepared: A :class:`tuner.run.engine.Prepared`, its cluster checked (:func:`_check_cluster`).
         measured: A measurement from ``--from``, or None.
         measure: ``--measure N``: run the first trial for N iterations after the plan is printed; None: no run.
     """
-    from tuner import measure as timing
-    from tuner.engine import plan
+    from tuner.run import measure as timing
+    from tuner.run.engine import plan
 
     click.echo(plan(prepared))
     if measure is not None:
@@ -148,7 +148,7 @@ def _echo_plan(prepared, measured=None, measure: int | None = None) -> None:
                    "SPEC gives the trainable, stop and resources.")
 def run(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, dry_run, replay) -> None:
     """Run the tuning experiment described by SPEC."""
-    from tuner.engine import run_prepared
+    from tuner.run.engine import run_prepared
 
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, replay)
     _check_cluster(prepared)  # connected (or refused) before the experiment folder is made
@@ -203,7 +203,7 @@ def _finish(result) -> None:
 @click.option("--address", type=str, default=None, help=_ADDRESS_HELP)
 def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num_gpus, address) -> None:
     """Resume a stopped or crashed experiment (Ray Tune's Tuner.restore)."""
-    from tuner.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import prepare_resume, resume_prepared
 
     if resume_errored and restart_errored:
         raise InputError("--resume-errored and --restart-errored exclude each other; choose one.")
@@ -217,7 +217,7 @@ def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num
 
 
 #: The hidden `tuner jobs` command that a job sent by `tuner submit` runs for a spec from outside its working
-#: directory (given to tuner.cluster.submit_job, which builds the job's command line).
+#: directory (given to tuner.run.cluster.submit_job, which builds the job's command line).
 STAGE_COMMAND = "run-submitted-spec"
 
 _JOBS_ADDRESS = click.option("--address", type=str, default=None,
@@ -242,7 +242,7 @@ _JOBS_ADDRESS = click.option("--address", type=str, default=None,
 @click.option("--follow", is_flag=True, help="Print the job's output as it runs, then wait for its end.")
 def submit(spec_path, address, working_dir, pip, storage, name, num_samples, sets, wait, follow) -> None:
     """Submit `tuner run SPEC` to a Ray cluster as a Ray Job (Ray's JobSubmissionClient)."""
-    from tuner.cluster import submit_job, wait_for_job
+    from tuner.run.cluster import submit_job, wait_for_job
 
     run_args = [arg for item in sets for arg in ("--set", item)]
     if num_samples is not None:
@@ -273,7 +273,7 @@ def jobs() -> None:
 
 
 def _jobs_client(address):
-    from tuner.cluster import job_client
+    from tuner.run.cluster import job_client
 
     return job_client(address)
 
@@ -293,7 +293,7 @@ def jobs_status(job_id, address) -> None:
 @click.option("--follow", is_flag=True, help="Keep printing until the job ends.")
 def jobs_logs(job_id, address, follow) -> None:
     """Print a job's output."""
-    from tuner.cluster import wait_for_job
+    from tuner.run.cluster import wait_for_job
 
     if follow:
         wait_for_job(address, job_id, follow=True, echo=click.echo)
@@ -316,10 +316,10 @@ def jobs_stop(job_id, address) -> None:
 def jobs_run_submitted_spec(job_spec, run_args) -> None:
     """In a job sent by `tuner submit`: write the spec that travelled in the job's runtime_env, then run it.
 
-    The spec came from outside the working directory (tuner.cluster.stage_submitted_spec);
+    The spec came from outside the working directory (tuner.run.cluster.stage_submitted_spec);
     RUN_ARGS are `tuner run`'s options.
     """
-    from tuner.cluster import stage_submitted_spec
+    from tuner.run.cluster import stage_submitted_spec
 
     stage_submitted_spec(job_spec)
     cli.main(args=["run", job_spec, *run_args], prog_name="tuner", standalone_mode=False)
@@ -351,7 +351,7 @@ def report(experiment, fmt, output, top) -> None:
         return
     text = render(exp, fmt, top)
     if output:
-        from tuner.files import atomic_write
+        from tuner.experiment.files import atomic_write
 
         atomic_write(output, text)
         click.echo(f"Report: {output}")
@@ -371,8 +371,8 @@ def export_command(experiment, to, trial_id) -> None:
     The folder holds the checkpoint's files, the trial's config, the metric at the checkpoint
     and its iteration, the spec and a README. EXPERIMENT_DIR may be a cloud URI.
     """
-    from tuner.export import export
-    from tuner.layout import EXPORT_FILES
+    from tuner.experiment.export import export
+    from tuner.experiment.layout import EXPORT_FILES
 
     done = export(experiment, to, trial_id)
     value = f": {done.metric}={done.value} at iteration {done.training_iteration}" if done.metric else ""
@@ -381,7 +381,7 @@ def export_command(experiment, to, trial_id) -> None:
 
 def _local_copy(experiment: str) -> str:
     """A cloud experiment URI: download it (but checkpoints) into its local mirror and give that."""
-    from tuner.storage import download, is_remote, mirror_dir
+    from tuner.experiment.storage import download, is_remote, mirror_dir
 
     if not is_remote(experiment):
         return experiment
@@ -398,7 +398,7 @@ def list_command(storage) -> None:
     One line each: name, status, trials, best metric, start time.
     """
     from tuner.report import list_experiments, render_list
-    from tuner.storage import experiments_mirror, is_remote
+    from tuner.experiment.storage import experiments_mirror, is_remote
 
     if is_remote(storage):
         storage = experiments_mirror(storage)
@@ -419,7 +419,7 @@ def dashboard(paths, port, host) -> None:
     study, whatever its searcher; the page reads the experiments' own files, so a running one shows
     each report within seconds, and nothing is written. Read-only. Needs pip install -e ".[dashboard]".
     """
-    from tuner.dashboard import serve
+    from tuner.report.dashboard import serve
 
     serve(list(paths) or ["runs"], host, port, echo=click.echo)
     # Ctrl-C stopped it, and nothing is left to write: exit now. A request thread may still hold pyarrow's S3
@@ -439,7 +439,7 @@ def schema_command(output) -> None:
     `# yaml-language-server: $schema=PATH` gets them in VS Code's YAML extension (and any
     editor with yaml-language-server).
     """
-    from tuner.files import atomic_write
+    from tuner.experiment.files import atomic_write
     from tuner.spec import schema_text
 
     text = schema_text()

@@ -92,8 +92,8 @@ class InputError(TunerError):
 class StorageError(InputError, RuntimeError):
     """The storage URI cannot be reached, read or written (the message names the URI).
 
-    Raised by :mod:`tuner.storage` (listing, opening, downloading or uploading a cloud
-    folder), which :func:`tuner.engine.prepare` and :func:`tuner.engine.prepare_resume` call
+    Raised by :mod:`tuner.experiment.storage` (listing, opening, downloading or uploading a cloud
+    folder), which :func:`tuner.run.engine.prepare` and :func:`tuner.run.engine.prepare_resume` call
     before anything starts, as do ``tuner report`` and ``tuner list`` for a cloud URI. A
     ``storage`` value that is malformed (no bucket, a relative ``file://`` path) is a
     :class:`~tuner.spec.SpecError` instead. Exit code 2 (also for an upload that fails
@@ -106,7 +106,7 @@ class ExperimentError(InputError):
     """The experiment folder cannot be resumed: it is not a tuner experiment, its state is
     missing or unreadable, or its trainable cannot be found by name.
 
-    Raised by :func:`tuner.engine.prepare_resume` and :func:`tuner.failures.check_state`
+    Raised by :func:`tuner.run.engine.prepare_resume` and :func:`tuner.run.failures.check_state`
     before Ray starts (``tuner resume`` exits with code 2); nothing is written.
     """
 
@@ -114,7 +114,7 @@ class ExperimentError(InputError):
 class ExperimentLocked(ExperimentError, RuntimeError):
     """Another ``tuner`` process is running this experiment (its folder is locked).
 
-    Raised by :class:`tuner.failures.ExperimentLock` on entry, where ``tuner run`` and
+    Raised by :class:`tuner.run.failures.ExperimentLock` on entry, where ``tuner run`` and
     ``tuner resume`` exit with code 2 before they write anything. Also a
     ``RuntimeError``, as before.
     """
@@ -123,11 +123,11 @@ class ExperimentLocked(ExperimentError, RuntimeError):
 class ClusterError(InputError):
     """The Ray cluster or its Jobs API cannot be used as given.
 
-    Raised by :func:`tuner.engine.prepare` (``--num-cpus``/``--num-gpus`` together with an
-    address), :func:`tuner.engine.check_cluster` (the cluster at ``--address`` cannot be
-    reached), :func:`tuner.cluster.job_client` (``--address`` is not the dashboard's
-    http(s) URL, or the Jobs API cannot be reached), :func:`tuner.cluster.submit_job` (a
-    ``--working-dir`` that is not a folder) and :func:`tuner.cluster.stage_submitted_spec`
+    Raised by :func:`tuner.run.engine.prepare` (``--num-cpus``/``--num-gpus`` together with an
+    address), :func:`tuner.run.engine.check_cluster` (the cluster at ``--address`` cannot be
+    reached), :func:`tuner.run.cluster.job_client` (``--address`` is not the dashboard's
+    http(s) URL, or the Jobs API cannot be reached), :func:`tuner.run.cluster.submit_job` (a
+    ``--working-dir`` that is not a folder) and :func:`tuner.run.cluster.stage_submitted_spec`
     (outside a job sent by ``tuner submit``). Exit code 2.
     """
 
@@ -144,7 +144,7 @@ class TrialError(TunerError):
         trial_id: The failed trial's id.
         path: Its folder (``error.txt``, ``stdout``, ``stderr`` inside).
         traceback: The train function's part of the traceback, as text.
-        result: The :class:`~tuner.results.TuneResult` of the stopped experiment (its
+        result: The :class:`~tuner.run.results.TuneResult` of the stopped experiment (its
             files are written).
     """
 

@@ -32,7 +32,7 @@ with bf16 where supported, else fp16 with a ``GradScaler``, and under AMP a conv
 numbers, never tensors.
 
 :func:`configure` and :func:`options` are tuner's side, not the train function's: its
-trainable (:mod:`tuner.trainable`) sets each trial process's options before the train
+trainable (:mod:`tuner.run.trainable`) sets each trial process's options before the train
 function runs.
 """
 
@@ -82,7 +82,7 @@ class TrialOptions:
             back-off: the newest checkpoint folder (path or URI) the previous group
             uploaded; used when Ray Train's own record is older or empty (see
             :func:`get_checkpoint`).
-        seed: The trial's seed (:func:`tuner.seeds.seed_of_trial`), what :func:`seed` returns;
+        seed: The trial's seed (:func:`tuner.search.seeds.seed_of_trial`), what :func:`seed` returns;
             None outside a trial.
         seed_trials: Whether tuner seeds ``random``, numpy and torch in this process with
             :func:`rank_seed` before the train function runs (``seed_trials: true``).
@@ -112,7 +112,7 @@ _LOCAL_REPORTS: list[dict[str, Any]] = []
 def configure(options: TrialOptions | None, *, keep_checkpoint: bool = False) -> None:
     """Set the options of this process's trial, before its train function runs.
 
-    Called by tuner's trainable (:mod:`tuner.trainable`), not by user code: in a
+    Called by tuner's trainable (:mod:`tuner.run.trainable`), not by user code: in a
     single-process trial before the train function (and again after each out-of-memory
     back-off), in each DDP worker, and before a class trainable's ``setup``. Starts the
     trial afresh in this process: the AMP :func:`scaler` is rebuilt on its next use, inputs
@@ -162,7 +162,7 @@ def _cuda_available() -> bool:
 def in_tune() -> bool:
     """Whether the caller runs inside a Ray Tune trial (not a DDP worker, not plain Python)."""
     try:
-        from tuner.ray_internals import in_tune_session
+        from tuner.adapters.ray_internals import in_tune_session
 
         return in_tune_session()
     except Exception:  # noqa: BLE001 - no Ray, or Ray moved it: not in a trial
@@ -177,7 +177,7 @@ def seed() -> int:
     """This trial's own seed: the same on every rank of a DDP trial, and after a resume.
 
     Derived from the spec's ``seed`` and the trial's creation index with numpy's
-    ``SeedSequence`` (:func:`tuner.seeds.seed_of_trial` says how, also without a ``seed`` in
+    ``SeedSequence`` (:func:`tuner.search.seeds.seed_of_trial` says how, also without a ``seed`` in
     the spec, and under ``bohb``/``optuna``). With ``seed_trials: true`` tuner has already
     seeded ``random``, numpy and torch with :func:`rank_seed`; without it, seed your own
     generators with it (``torch.Generator().manual_seed(trial.seed())``).
@@ -195,7 +195,7 @@ def rank_seed() -> int:
     What ``seed_trials: true`` seeds ``random``, numpy and torch with in each process; the
     same as :func:`seed` in a single-process trial.
     """
-    from tuner.seeds import rank_seed as of_rank
+    from tuner.search.seeds import rank_seed as of_rank
 
     return of_rank(seed(), rank())
 
@@ -732,7 +732,7 @@ def leaving_result(metrics: Mapping[str, Any]) -> dict:
     metric is not finite (:func:`check_finite`).
 
     Called by :func:`report`, and for a Ray Tune function trainable's own ``ray.tune.report``
-    by the trial's guarded Ray session (``tuner.trainable._guard_reports``).
+    by the trial's guarded Ray session (``tuner.run.trainable._guard_reports``).
 
     Args:
         metrics: One result, metric name to value; left as it was.
@@ -785,7 +785,7 @@ def get_checkpoint() -> str | None:
     if _distributed():
         import ray.train
 
-        from tuner.storage import display
+        from tuner.experiment.storage import display
 
         ckpt = ray.train.get_checkpoint()
         fallback = _options.resume_checkpoint if _options is not None else None

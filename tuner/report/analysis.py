@@ -1,7 +1,7 @@
 """What a report derives from a loaded experiment: the scheduler's rungs, the budget used
 against the same trials without early stopping, the parameter importances (Optuna's
 fANOVA over a study rebuilt from the trials), and with several objectives the Pareto front
-and its hypervolume (:mod:`tuner.pareto`). No Ray, no matplotlib.
+and its hypervolume (:mod:`tuner.search.pareto`). No Ray, no matplotlib.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from tuner import pareto
-from tuner.best import ERROR, is_finite_number
-from tuner.forecast import ITERATIONS, SECONDS
-from tuner.layout import RUN_RECORD
+from tuner.search import pareto
+from tuner.core.best import ERROR, is_finite_number
+from tuner.search.forecast import ITERATIONS, SECONDS
+from tuner.experiment.layout import RUN_RECORD
 from tuner.report.loading import Experiment, _numeric, plain, _read_json
-from tuner.rungs import merged_rungs
+from tuner.search.rungs import merged_rungs
 from tuner.spec import Spec
 
 __all__ = ["scheduler_rungs", "budget", "forecast_facts", "importances", "importance_facts", "MIN_ACTIVE_TRIALS",
@@ -25,7 +25,7 @@ __all__ = ["scheduler_rungs", "budget", "forecast_facts", "importances", "import
 def scheduler_rungs(spec: Spec | None) -> list[float]:
     """The milestones, in ``time_attr`` units, at which the spec's scheduler stops trials.
 
-    The rungs ``tuner validate`` prints (:func:`tuner.rungs.bracket_rungs`), merged over
+    The rungs ``tuner validate`` prints (:func:`tuner.search.rungs.bracket_rungs`), merged over
     brackets.
 
     Args:
@@ -94,7 +94,7 @@ def budget(exp: Experiment) -> dict[str, Any]:
 
 def forecast_facts(recorded: dict[str, Any], used: dict[str, float], exp: Experiment,
                    wall: float | None) -> dict[str, Any]:
-    """The budget forecast recorded at run start (:mod:`tuner.forecast`) against what was used.
+    """The budget forecast recorded at run start (:mod:`tuner.search.forecast`) against what was used.
 
     Args:
         recorded: ``tuner_run.json``'s ``forecast``.
@@ -326,7 +326,7 @@ def objective_points(exp: Experiment) -> dict[str, list[float] | None]:
     """Each trial's last value of every objective, or None when it has no result.
 
     A trial *has a result* when it did not error and its last value of every objective is a
-    finite number (as :func:`tuner.pareto.objective_values`).
+    finite number (as :func:`tuner.search.pareto.objective_values`).
 
     Returns:
         Trial id -> one float per objective (in :attr:`Experiment.objectives` order) or None,
@@ -341,7 +341,7 @@ def objective_points(exp: Experiment) -> dict[str, list[float] | None]:
 
 
 def feasibility(exp: Experiment) -> dict[str, int]:
-    """How many trials with a result meet every constraint (:func:`tuner.pareto.feasible`).
+    """How many trials with a result meet every constraint (:func:`tuner.search.pareto.feasible`).
 
     Returns:
         ``feasible``, ``infeasible`` (trials with a result, see :func:`objective_points`) and
@@ -356,10 +356,10 @@ def feasibility(exp: Experiment) -> dict[str, int]:
 
 
 def pareto_facts(exp: Experiment) -> dict[str, Any] | None:
-    """The Pareto front and its hypervolume, for a report (:mod:`tuner.pareto`'s rules).
+    """The Pareto front and its hypervolume, for a report (:mod:`tuner.search.pareto`'s rules).
 
     The reference point is ``summary.json``'s (``hypervolume.reference``) when the summary
-    describes the experiment as it is now, else :func:`tuner.pareto.reference_point` over the
+    describes the experiment as it is now, else :func:`tuner.search.pareto.reference_point` over the
     feasible trials with a result (each objective's worst value, 10% of its range further out).
     The hypervolume history adds the trials in the order they were created
     (:attr:`Experiment.created`).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.files import atomic_write
+from tuner.experiment.files import atomic_write
 from tuner.report.analysis import active_label, scheduler_rungs
 from tuner.report.loading import Experiment
 from tuner.report.plots import _plots, _save_pngs, _x_attr

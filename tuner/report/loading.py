@@ -6,9 +6,9 @@ read alike: ``spec.yaml`` (metric, mode, scheduler, the sampled parameters),
 it is now), the newest readable ``experiment_state-*.json`` (every trial's id, status
 and folder, pending trials included), each trial folder's ``params.json`` and
 ``result.json`` (with the rows only ``progress.csv`` kept, see :func:`_progress_rows`),
-and for a PBT/PB2 run Ray's perturbation logs (:mod:`tuner.schedule`). With several
+and for a PBT/PB2 run Ray's perturbation logs (:mod:`tuner.search.schedule`). With several
 objectives or constraints, each trial's feasibility and place on the Pareto front are
-worked out here from its last result (:mod:`tuner.pareto`), so a running or interrupted
+worked out here from its last result (:mod:`tuner.search.pareto`), so a running or interrupted
 experiment reads like a finished one.
 Also the small value helpers the other report modules share. No Ray,
 no matplotlib.
@@ -25,16 +25,18 @@ from typing import Any
 
 import pandas as pd
 
-from tuner import pareto
-from tuner.best import best_reported, is_candidate, nan_to_none, ranked, scope_value
+from tuner.search import pareto
+from tuner.core.best import best_reported, is_candidate, nan_to_none, ranked, scope_value
 from tuner.errors import InputError
-from tuner.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
-                          RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
-from tuner.params import PROGRESS_KEYS, RAY_RESULT_KEYS, distributions, flatten, nest
-from tuner.schedule import best_schedule, is_pbt_experiment, read_perturbations
+from tuner.experiment.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE,
+                                     RESULT_FILE,
+                                     RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
+from tuner.core.params import PROGRESS_KEYS, RAY_RESULT_KEYS, flatten, nest
+from tuner.search.schedule import best_schedule, is_pbt_experiment, read_perturbations
 from tuner.spec import Spec, SpecError, load_spec
+from tuner.spec.conditions import param_distributions
 from tuner.spec.sections import Constraint, Objective
-from tuner.state import ExperimentState, parse_result_lines, read_state
+from tuner.adapters.state import ExperimentState, parse_result_lines, read_state
 
 __all__ = ["Experiment", "ReportError", "load_experiment", "is_experiment", "is_running", "trial_folders", "plain"]
 
@@ -69,7 +71,7 @@ class Experiment:
             ``summary.json``: killed, or a resume that did not finish).
         started: When the experiment started (``tuner_run.json``), ISO 8601, or None.
         summary: ``summary.json`` when it describes the experiment as it is now, else None.
-        trials: One row per trial, best first (:mod:`tuner.best`): ``trial_id``,
+        trials: One row per trial, best first (:mod:`tuner.core.best`): ``trial_id``,
             ``status`` (Ray's; a trial left RUNNING by a driver that is gone shows as
             UNFINISHED), ``iterations``,
             ``stopped_early`` (ended with fewer iterations than the longest trial),
@@ -77,31 +79,31 @@ class Experiment:
             and ``best`` (True for the best trial). With several objectives, ``last_`` and
             ``best_`` of each objective and ``pareto`` (on the Pareto front); with
             constraints, ``last_<metric>`` of each constrained metric and ``feasible``.
-            The order is ``results.csv``'s: :mod:`tuner.best`'s rule on the first objective,
+            The order is ``results.csv``'s: :mod:`tuner.core.best`'s rule on the first objective,
             infeasible trials among those without a result (by id), and with several
             objectives the trials on the front first.
         history: One row per reported result: ``trial_id``, ``training_iteration``,
             ``time_total_s`` and every numeric metric.
-        best_trial: Id of the best trial by :mod:`tuner.best`'s rule: the best last value
+        best_trial: Id of the best trial by :mod:`tuner.core.best`'s rule: the best last value
             of the metric among the trials that did not error, NaN and inf skipped (as
             ``summary.json``); an infeasible trial is never the best, and with several
             objectives the best is the front's trial that is best on the first objective.
         params: The sampled parameters (``config/`` names without the prefix).
-        pbt: Whether the run was PBT/PB2 (:func:`tuner.schedule.is_pbt_experiment`).
-        perturbations: A PBT/PB2 run's perturbations (:func:`tuner.schedule.read_perturbations`);
+        pbt: Whether the run was PBT/PB2 (:func:`tuner.search.schedule.is_pbt_experiment`).
+        perturbations: A PBT/PB2 run's perturbations (:func:`tuner.search.schedule.read_perturbations`);
             empty otherwise.
-        schedule: A PBT/PB2 run: the best trial's schedule (:func:`tuner.schedule.best_schedule`),
+        schedule: A PBT/PB2 run: the best trial's schedule (:func:`tuner.search.schedule.best_schedule`),
             or None.
         created: The trial ids in the order the trials were created: the experiment state's
             trials by the number Ray's trial generator gave each
-            (:func:`tuner.ray_internals.saved_trial_creation_index`), then the trials it does not
+            (:func:`tuner.adapters.ray_internals.saved_trial_creation_index`), then the trials it does not
             list yet by the numeric suffix of their ids.
         objectives: The objectives (:class:`~tuner.spec.sections.Objective`): the spec's, else
             ``summary.json``'s; one for a single metric, empty without one.
         constraints: The constraints (:class:`~tuner.spec.sections.Constraint`), likewise; empty
             without any.
         scope: ``best.scope`` (the spec's, else ``summary.json``'s, else ``last``): which reported
-            values score a trial (:func:`tuner.best.scope_value`); other than ``last``, ``trials`` has
+            values score a trial (:func:`tuner.core.best.scope_value`); other than ``last``, ``trials`` has
             a ``score_<metric>`` column, the score the trials are ranked by.
     """
 
@@ -229,9 +231,9 @@ def _read_json(path: Path) -> Any:
 
 
 def _state_trials(state: ExperimentState | None) -> list[dict]:
-    """The saved trials, in the order Ray created them (:func:`tuner.ray_internals.saved_trial_creation_index`;
+    """The saved trials, in the order Ray created them (:func:`tuner.adapters.ray_internals.saved_trial_creation_index`;
     the state's own order is not that one)."""
-    from tuner.ray_internals import saved_trial_creation_index  # imports no Ray
+    from tuner.adapters.ray_internals import saved_trial_creation_index  # imports no Ray
 
     saved = state.trials if state is not None else []
     created = [saved_trial_creation_index(trial) for trial in saved]
@@ -440,7 +442,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
             pass
 
     rows, history = [], []
-    last_results: dict[str, dict] = {}  # trial id -> its last result (flat), for tuner.pareto
+    last_results: dict[str, dict] = {}  # trial id -> its last result (flat), for tuner.search.pareto
     for trial_id in ids:
         info = by_id.get(trial_id, {})
         folder = folders.get(trial_id) or (path / info["folder"] if info.get("folder") else None)
@@ -514,7 +516,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     best_trial = None
     if metric and not trials.empty:
         col = f"last_{metric}" if scope == "last" else f"score_{metric}"
-        # tuner.best's rule, as summary.json and results.csv: errored trials and trials
+        # tuner.core.best's rule, as summary.json and results.csv: errored trials and trials
         # without a finite value go last, and are never the best.
         # As results.csv: with constraints, infeasible trials among those without a result; with
         # several objectives, the front first (only its trials can be the best).
@@ -537,7 +539,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     trials = trials[front + config_cols + rest]
 
     if spec is not None:
-        params = [name for name, _ in distributions(spec.param_space)]
+        params = [name for name, _ in param_distributions(spec.param_space)]
     else:  # no spec: the config keys that differ between trials
         # (absent counts as a value: a conditional parameter may take one value where it is active)
         params = [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(plain(v))).nunique() > 1]

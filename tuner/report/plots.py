@@ -15,9 +15,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from tuner.best import has_result, is_finite_number
-from tuner.files import atomic_write
-from tuner.params import flatten
+from tuner.core.best import has_result, is_finite_number
+from tuner.experiment.files import atomic_write
+from tuner.core.params import flatten
 from tuner.report.analysis import (active_label, budget, importance_facts, objective_points, pareto_facts,
                                    scheduler_rungs)
 from tuner.report.loading import Experiment, _numeric, plain

@@ -180,7 +180,7 @@ def pbt_lines(exp: Experiment) -> list[str]:
         lines.append(f"Schedule of the best trial {schedule['trial_id']}"
                      + (f" ({', '.join(changed)} change{'s' if len(changed) == 1 else ''}):" if changed else
                         " (never changed):"))
-        from tuner.params import flatten
+        from tuner.core.params import flatten
 
         for step in schedule["schedule"]:
             config = flatten(step["config"])

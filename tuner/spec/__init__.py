@@ -37,7 +37,7 @@ below are re-exported here):
 from __future__ import annotations
 
 from tuner.spec.distributions import DISTRIBUTION_TYPES
-from tuner.spec.distributions import _Dist as _Dist  # tuner.space and tuner.params read distributions by it
+from tuner.spec.distributions import BaseDistribution as BaseDistribution  # tuner.search.space reads them by it
 from tuner.spec.errors import SpecError, SpecIssue
 from tuner.spec.extras import check_extras
 from tuner.spec.loading import MAX_SPEC_BYTES, Override, load_spec, parse_set

@@ -22,14 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tuner.spec.distributions import Choice, SubspaceChoice, _Dist, _param_label
+from tuner.spec.distributions import Choice, SubspaceChoice, BaseDistribution, param_label
 from tuner.spec.errors import _allowed, _closest, _fail
 
-__all__ = ["Condition", "Param", "Space", "expand", "PARENT_TYPES", "BRANCH_KEY"]
+if TYPE_CHECKING:
+    from tuner.spec.model import Spec
 
-#: Joins the parts of a parameter's name (as :data:`tuner.params.NAME_SEP`, which imports it).
+__all__ = ["Condition", "Param", "Space", "expand", "PARENT_TYPES", "BRANCH_KEY", "param_distributions",
+           "sampled_params"]
+
+#: Joins the parts of a parameter's name (as :data:`tuner.core.params.NAME_SEP`, which imports it).
 SEP = "/"
 #: The key that names a branch of a sub-space choice, and the config key that holds the branch taken.
 BRANCH_KEY = "name"
@@ -53,7 +57,7 @@ class Condition:
 
     def holds(self, value: Any) -> bool:
         """Whether the parent's ``value`` meets the condition (``True`` never equals ``1`` here)."""
-        return any(_same(value, v) for v in self.values)
+        return any(same_value(value, v) for v in self.values)
 
     def describe(self) -> str:
         """``optimizer = sgd``, ``layers in [2, 3]``."""
@@ -83,7 +87,7 @@ class Param:
 
     name: str
     path: str
-    dist: _Dist | None
+    dist: BaseDistribution | None
     value: Any = None
     conditions: tuple[Condition, ...] = ()
     key: str = ""
@@ -192,7 +196,7 @@ class Space:
         """Every valid combination of a grid, each once (no two differ only in inactive parameters).
 
         Args:
-            values: A sampled parameter's grid values (:func:`tuner.space.grid_values`).
+            values: A sampled parameter's grid values (:func:`tuner.search.space.grid_values`).
             names: Only these parameters (and their parents); default every one.
 
         Returns:
@@ -226,7 +230,7 @@ class Space:
                  for p in self.params if p.conditions}
 
         def show(p: Param, depth: int) -> None:
-            what = _param_label(p.dist) if p.dist is not None else f"= {_show(p.value)}"
+            what = param_label(p.dist) if p.dist is not None else f"= {_show(p.value)}"
             when = f"  when {' and '.join(c.describe() for c in p.conditions)}" if p.conditions else ""
             lines.append(f"{'  ' * depth}{p.name}  {what}{when}")
             shown.add(p.name)
@@ -243,7 +247,7 @@ class Space:
         return lines
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
@@ -251,10 +255,10 @@ def _show(v: Any) -> str:
     return str(v) if not isinstance(v, str) else v
 
 
-def _in_domain(dist: _Dist, value: Any) -> bool:
+def _in_domain(dist: BaseDistribution, value: Any) -> bool:
     """Whether a parent distribution can take ``value`` (a choice's or grid's values, a range's integers)."""
     if dist.type in ("choice", "grid"):
-        return any(_same(value, v) for v in dist.values)
+        return any(same_value(value, v) for v in dist.values)
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     q = getattr(dist, "q", 1) or 1
@@ -263,7 +267,7 @@ def _in_domain(dist: _Dist, value: Any) -> bool:
     return dist.low <= value <= dist.high and value % q == 0
 
 
-def _domain_text(dist: _Dist) -> str:
+def _domain_text(dist: BaseDistribution) -> str:
     if dist.type in ("choice", "grid"):
         return f"one of {list(dist.values)}"
     q = getattr(dist, "q", 1) or 1
@@ -278,7 +282,7 @@ class _Raw:
 
     name: str
     path: str
-    dist: _Dist | None
+    dist: BaseDistribution | None
     value: Any
     scope: str  # the name prefix its `when` keys are looked up in first
     inherited: list[Condition]
@@ -330,7 +334,7 @@ def expand(space: Mapping[str, Any], root: str = "param_space") -> Space:
                             out.append(r)
                     for r in sub:
                         r.scope_names = scope
-            elif isinstance(value, _Dist):
+            elif isinstance(value, BaseDistribution):
                 out.append(_Raw(name, here, value, None, prefix, list(inherited), dict(value.when or {})))
             elif isinstance(value, Mapping):
                 walk(out, value, f"{name}{SEP}", here, inherited)
@@ -451,3 +455,27 @@ def _find_cycle(left: list[Param], by_name: Mapping[str, Param]) -> list[str]:
         node = next(c.parent for c in by_name[node].conditions if c.parent in names)
     cycle = seen[seen.index(node):]
     return [*cycle, cycle[0]]
+
+
+def param_distributions(space: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The sampled parameters of a ``param_space``, by name: ``[("opt/lr", LogUniform(...)), ...]``.
+
+    Constants are left out. In spec order. A choice among sub-spaces ``model`` gives the
+    choice ``model/name`` of its branch names, then each branch's parameters
+    (``model/channels``; :func:`expand`); a conditional parameter is
+    listed as any other (a trial's config may lack it).
+    """
+    out: dict[str, Any] = {}
+    for p in expand(space).params:  # a key that branches define differently: its first version
+        if p.dist is not None:
+            out.setdefault(p.key, p.dist)
+    return list(out.items())
+
+
+def sampled_params(spec: Spec) -> list[str]:
+    """Names of the parameters that the searcher varies, in spec order.
+
+    Args:
+        spec: A :class:`tuner.spec.Spec`.
+    """
+    return list(dict.fromkeys(p.key for p in spec.space.params if p.dist is not None))

@@ -60,7 +60,7 @@ def _check_multiple(name: str, value: float, q: float) -> None:
         raise _fail(name, f"{name} must be a multiple of q, but got ({name}={value}, q={q}).")
 
 
-class _Dist(_Model):
+class BaseDistribution(_Model):
     """Common base of the distributions: the same names and meanings as Ray Tune's.
 
     Every distribution may carry ``when``: the conditions under which the parameter exists
@@ -97,7 +97,7 @@ class _Dist(_Model):
         def __getattr__(self, name: str) -> Any: ...
 
 
-class _Range(_Dist):
+class _Range(BaseDistribution):
     low: Float
     high: Float
     grid_points: Int | None = Field(default=None, ge=2)
@@ -140,7 +140,7 @@ class QLogUniform(LogUniform):
     q: Float = Field(gt=0)
 
 
-class RandN(_Dist):
+class RandN(BaseDistribution):
     """Float from a normal distribution, unbounded; ``tune.randn``."""
 
     type: Literal["randn"]
@@ -155,7 +155,7 @@ class QRandN(RandN):
     q: Float = Field(gt=0)
 
 
-class _IntRange(_Dist):
+class _IntRange(BaseDistribution):
     low: Int
     high: Int
     grid_points: Int | None = Field(default=None, ge=2)
@@ -194,7 +194,7 @@ class QLogRandInt(LogRandInt):
     q: Int = Field(default=1, ge=1)
 
 
-class _Values(_Dist):
+class _Values(BaseDistribution):
     values: list[Any]
 
     @field_validator("values")
@@ -283,7 +283,7 @@ def _is_subspace_choice(value: Mapping) -> bool:
 def _param_kind(value: Any) -> str:
     if isinstance(value, SubspaceChoice):
         return "<subspaces>"
-    if isinstance(value, _Dist):
+    if isinstance(value, BaseDistribution):
         return "<dist>"
     if isinstance(value, Mapping):
         if "type" not in value:
@@ -292,7 +292,7 @@ def _param_kind(value: Any) -> str:
     return "<const>"
 
 
-def _param_label(dist: _Dist) -> str:
+def param_label(dist: BaseDistribution) -> str:
     """A distribution in a few words: ``uniform [0.5, 0.99)``, ``choice [sgd, adam]``."""
     if dist.type in ("choice", "grid"):
         return f"{dist.type} [{', '.join(str(v) for v in dist.values)}]"

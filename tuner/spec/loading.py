@@ -81,7 +81,7 @@ def parse_set(item: str) -> Override:
     key, sep, raw = item.partition("=")
     parts = tuple(key.strip().split("."))
     if parts == ("storage",):  # a URI's query and user info (endpoints, keys) stay out of messages
-        from tuner.storage import display
+        from tuner.experiment.storage import display
 
         origin = f"--set {key}={display(raw.strip())}"
     else:

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuner.params import flatten, spec_paths
+from tuner.core.params import flatten, spec_paths
 from tuner.spec.conditions import Space, expand
-from tuner.spec.distributions import _DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, SubspaceChoice, _Dist
+from tuner.spec.distributions import (_DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, SubspaceChoice,
+                                      BaseDistribution)
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
 from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, BestTrial, Checkpointing, Constraint,
@@ -189,7 +190,7 @@ class Spec(_Model):
     def _storage(cls, value: str) -> str:
         from urllib.parse import urlsplit
 
-        from tuner.storage import REMOTE_SCHEMES, scheme_of
+        from tuner.experiment.storage import REMOTE_SCHEMES, scheme_of
 
         name = scheme_of(value)
         if name is None:
@@ -211,8 +212,8 @@ class Spec(_Model):
 
     @property
     def remote_storage(self) -> bool:
-        """Whether ``storage`` is a cloud URI (``s3://``, ``gs://``, ...; see :mod:`tuner.storage`)."""
-        from tuner.storage import is_remote
+        """Whether ``storage`` is a cloud URI (``s3://``, ``gs://``, ...; see :mod:`tuner.experiment.storage`)."""
+        from tuner.experiment.storage import is_remote
 
         return is_remote(self.storage)
 
@@ -220,11 +221,11 @@ class Spec(_Model):
     def storage_dir(self) -> Path:
         """``storage`` as an absolute local folder (a ``file://`` URI becomes its path).
 
-        For a cloud URI: the local mirror's parent (:func:`tuner.storage.mirror_dir`).
+        For a cloud URI: the local mirror's parent (:func:`tuner.experiment.storage.mirror_dir`).
         """
         value = self.storage
         if self.remote_storage:
-            from tuner.storage import mirror_dir
+            from tuner.experiment.storage import mirror_dir
 
             return mirror_dir(value)
         if value.lower().startswith("file://"):
@@ -338,7 +339,7 @@ class Spec(_Model):
         self._check_checkpoint_score()
         if self.oom_backoff is not None:
             names = [p.dotted for p in self.space.params if p.dist is not None] + \
-                [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, _Dist)]
+                [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, BaseDistribution)]
             if self.oom_backoff not in names:
                 hint = _closest(self.oom_backoff, names)
                 guess = f"; did you mean '{hint}'?" if hint else "."
@@ -567,7 +568,7 @@ class Spec(_Model):
             return dict(self.scheduler.mutations)
         conditional = self._conditional_dotted()
         return {name: d for name, d in spec_paths(self.param_space, root=None)
-                if isinstance(d, _Dist) and name not in conditional}
+                if isinstance(d, BaseDistribution) and name not in conditional}
 
     def _conditional_dotted(self) -> set[str]:
         """Dotted names of the parameters that take part in a condition: never perturbed by PBT/PB2."""
@@ -588,7 +589,7 @@ class Spec(_Model):
             return {k: (float(v[0]), float(v[1])) for k, v in self.scheduler.bounds.items()}
         conditional = self._conditional_dotted()
         return {name: (float(d.low), float(d.high)) for name, d in spec_paths(self.param_space, root=None)
-                if isinstance(d, _Dist) and d.is_numeric_range and name not in conditional}
+                if isinstance(d, BaseDistribution) and d.is_numeric_range and name not in conditional}
 
     @property
     def scheduler_max_t(self) -> int:
@@ -663,14 +664,14 @@ def _numeric(value: Any) -> bool:
     def number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if isinstance(value, _Dist):
+    if isinstance(value, BaseDistribution):
         values = getattr(value, "values", None)
         return all(number(v) for v in values) if values is not None else True
     return number(value)
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, _Dist):
+    if isinstance(value, BaseDistribution):
         values = getattr(value, "values", None)
         return f"a {value.type} of {values}" if values is not None else f"a {value.type}"
     return f"the constant {value!r}"
@@ -682,7 +683,7 @@ _OPTUNA_UNSUPPORTED = {"qloguniform", "randn", "qrandn", "grid"}
 
 def _check_param_for_search(path: str, dist: Any, algo: str) -> None:
     """Refuse distributions that a searcher cannot represent (instead of Ray's silent drop)."""
-    if not isinstance(dist, _Dist):
+    if not isinstance(dist, BaseDistribution):
         return
     rel = path.split(".", 1)[1]
     kind = dist.type

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, StrictFloat, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuner.best import Scope
+from tuner.core.best import Scope
 from tuner.spec.distributions import Distribution
 from tuner.spec.errors import _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
@@ -67,7 +67,7 @@ class Constraint(_Model):
         Optuna's convention for ``constraints_func``. A value that is not a finite number (missing,
         NaN, a string) violates the constraint by ``inf``.
         """
-        from tuner.best import is_finite_number
+        from tuner.core.best import is_finite_number
 
         if not is_finite_number(value):
             return float("inf")
@@ -92,7 +92,7 @@ class _Search(_Model):
         points_to_evaluate: Configs to run first, as given.
         warm_start: Earlier experiments (folders or cloud URIs, as ``tuner report`` takes them)
             whose finished trials are fed to the searcher before this run starts
-            (:mod:`tuner.warm_start`); None for a cold start.
+            (:mod:`tuner.search.warm_start`); None for a cold start.
     """
 
     points_to_evaluate: list[dict[NonBlank, Any]] | None = None
@@ -400,7 +400,7 @@ SYNCHRONOUS_HYPERBAND = ("hyperband", "bohb")
 # Other sections -------------------------------------------------------------
 
 
-#: ``resources.gpu: auto``: tuner finds each trial's GPU share from measurement (:mod:`tuner.gpu_packing`).
+#: ``resources.gpu: auto``: tuner finds each trial's GPU share from measurement (:mod:`tuner.resources.gpu_packing`).
 AUTO_GPU = "auto"
 
 
@@ -433,7 +433,7 @@ def _real_number(value: Any) -> Any:
 
 
 class GpuAuto(_Model):
-    """How ``resources.gpu: auto`` packs trials onto GPUs (:class:`tuner.gpu_packing.GpuPacker`).
+    """How ``resources.gpu: auto`` packs trials onto GPUs (:class:`tuner.resources.gpu_packing.GpuPacker`).
 
     The first trial runs alone until its first result (the probe); then each trial's GPU share
     covers the GPU memory a trial of its config is expected to peak at (learned from the
@@ -476,7 +476,7 @@ class Resources(_Model):
         cpu: CPUs of a single-process trial; fractional allowed.
         gpu: GPUs of a single-process trial; a fraction below 1 packs several trials on
             one GPU, above 1 it must be a whole number; ``auto``: tuner chooses each trial's
-            share from measured GPU memory and throughput (:mod:`tuner.gpu_packing`).
+            share from measured GPU memory and throughput (:mod:`tuner.resources.gpu_packing`).
         gpu_auto: How ``gpu: auto`` packs (:class:`GpuAuto`); only with ``gpu: auto``.
         workers: World size of a DDP trial (Ray Train's ``ScalingConfig.num_workers``);
             omitted for a single-process trial.
@@ -549,7 +549,7 @@ class Resources(_Model):
         """What one whole trial takes: ``{"cpu": ..., "gpu": ...}`` summed over its workers.
 
         Under ``gpu: auto`` the GPU share differs from trial to trial: ``gpu`` is 0 here (the
-        CPUs alone bound the trials at once; :mod:`tuner.gpu_packing` adds the GPU's bounds).
+        CPUs alone bound the trials at once; :mod:`tuner.resources.gpu_packing` adds the GPU's bounds).
         """
         if self.workers is None:
             return {"cpu": float(self.cpu), "gpu": 0.0 if self.auto_gpu else float(self.gpu)}
@@ -581,7 +581,7 @@ class Checkpointing(_Model):
     its newest one, which a resume and a retry after a failure start from (Ray's
     ``CheckpointConfig(num_to_keep, checkpoint_score_attribute, checkpoint_score_order)``; its
     ``_CheckpointManager`` never deletes the latest checkpoint). A PBT/PB2 clone starts from
-    tuner's copy of the top trial's checkpoint (:class:`tuner.population.KeepsCloneSources`).
+    tuner's copy of the top trial's checkpoint (:class:`tuner.search.population.KeepsCloneSources`).
 
     Attributes:
         frequency: Keep the checkpoint given to ``trial.report`` every ``frequency``
@@ -606,7 +606,7 @@ class BestTrial(_Model):
     Attributes:
         scope: ``last``: its last value; ``all``: the best value it ever reported (min or max
             by the mode); ``last-5-avg``/``last-10-avg``: the mean of its last 5 or 10 values.
-            As Ray's ``ResultGrid.get_best_result(scope=...)``; the rule is :mod:`tuner.best`'s.
+            As Ray's ``ResultGrid.get_best_result(scope=...)``; the rule is :mod:`tuner.core.best`'s.
     """
 
     scope: Scope = "last"
