@@ -928,7 +928,7 @@ def test_the_installed_ray_is_the_one_the_internals_were_checked_against():
 # --------------------------------------------------------------------------- no other module touches Ray's private names
 
 _TUNER = Path(__file__).resolve().parents[1] / "tuner"
-_HOME = "ray_internals.py"
+_HOME = "adapters/ray_internals.py"
 
 
 #: Names of Ray's that are not spelt private but are no public API either (attributes of Ray's
