@@ -62,7 +62,8 @@ def configs(max_t: int) -> list[tuple[str, dict]]:
 
 def run_once(spec: dict, storage: str, name: str) -> tuple[object, int]:
     """``(forecast at the trials that fit the local Ray, used trial-iterations)`` of one run of ``spec``."""
-    from tuner.run.engine import prepare, run_prepared
+    from tuner.run.engine import run_prepared
+    from tuner.run.prepare import prepare
     from tuner.search.forecast import forecast, trials_at_once
     from tuner.search.space import grid_size
 

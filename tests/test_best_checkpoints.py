@@ -215,7 +215,7 @@ def test_checkpoint_score_defaults_to_the_metric_or_first_objective(tmp_path):
 
 
 def test_the_plan_says_the_scope_and_the_kept_checkpoints(tmp_path):
-    from tuner.run.engine import _describe_checkpoints, _describe_objectives
+    from tuner.run.prepare import _describe_checkpoints, _describe_objectives
 
     path = tmp_path / "s.yaml"
     path.write_text(SPEC.replace("FAIL_DIR", str(tmp_path)))

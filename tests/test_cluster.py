@@ -600,7 +600,7 @@ def test_losing_a_worker_node_mid_run_loses_no_trial(cluster, tmp_path, run_cli)
 WANDB_KEY_PROBE = """\
 import json, sys
 from tuner.run.cluster import ray_session
-import tuner.run.reporting as reporting
+import tuner.run.loggers as reporting
 
 address = sys.argv[1] if len(sys.argv) > 1 else None
 with ray_session(num_cpus=None if address else 1, address=address):

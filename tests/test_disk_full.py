@@ -94,7 +94,8 @@ def test_a_full_disk_ends_the_run_with_one_paragraph_and_the_resume_loses_nothin
                                                                                   capfd):
     """`tuner run` on the disk that fills up: exit 75 and one paragraph. The resume is in-process
     (prepare_resume, then resume_prepared, what `tuner resume` runs): what it finishes is checked."""
-    from tuner.run.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import resume_prepared
+    from tuner.run.prepare import prepare_resume
 
     go = tmp_path / "signals" / "go"
     go.parent.mkdir()
@@ -175,7 +176,7 @@ def test_only_full_disk_errors_are_kept_off_the_console(tmp_path):
     reaches stderr, as do full-disk errors when no run is watching."""
     script = f"""
 import errno, os, threading
-from tuner.run.reporting import DiskFullWatch, log_to_file
+from tuner.run.console import DiskFullWatch, log_to_file
 
 def die(error):
     def run():

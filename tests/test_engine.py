@@ -231,7 +231,7 @@ def test_a_resumed_or_restarted_trial_keeps_the_results_it_reported_before(ray_l
     from ray.train._internal.storage import StorageContext  # the trial's storage, as Ray's controller makes it
     from ray.tune.experiment import Trial
 
-    from tuner.run.reporting import build_callbacks
+    from tuner.run.loggers import build_callbacks
     from tuner.spec import load_spec
 
     (tmp_path / "ckpt").mkdir()

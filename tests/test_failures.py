@@ -50,7 +50,8 @@ def test_lock_is_reentrant_across_sequential_runs(tmp_path):
 def test_a_run_refused_by_the_lock_writes_nothing(tmp_path):
     """Two runs that both passed the folder check: the one refused by the lock writes no spec.yaml or
     tuner_run.json (it used to write both before taking the lock)."""
-    from tuner.run.engine import prepare, run_prepared
+    from tuner.run.engine import run_prepared
+    from tuner.run.prepare import prepare
 
     prepared = prepare({"name": "race", "trainable": "tests.trainables:quadratic", "storage": str(tmp_path)})
     exp = tmp_path / "race"

@@ -115,7 +115,7 @@ def test_asha_first_trial_at_a_rung_goes_on_so_small_experiments_run_above_the_p
 
 
 def test_the_plan_and_the_time_lines_simulate_asha_at_the_trials_that_fit(tmp_path):
-    from tuner.run.engine import plan, prepare
+    from tuner.run.prepare import plan, prepare
     from tuner.search.forecast import trials_at_once
     from tuner.run.measure import Measurement, time_lines
 
@@ -388,7 +388,7 @@ def test_validate_measure_runs_one_trial_and_writes_nothing(run_cli, tmp_path):
 def test_measure_runs_its_trial_under_fifo_whatever_the_spec_scheduler(ray_local, tmp_path):
     """README: "`--measure N` runs the first trial the searcher draws for N iterations here, through Ray Tune (a
     FIFO scheduler, ...)": under a spec whose ASHA would stop every trial at max_t 1, the trial runs 3 iterations."""
-    from tuner.run.engine import prepare
+    from tuner.run.prepare import prepare
     from tuner.run.measure import measure
 
     spec = {"name": "m", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min", "num_samples": 4,

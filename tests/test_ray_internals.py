@@ -248,11 +248,11 @@ def _placement_group_round_trip(pg_id_cls) -> None:
 #: The mixins of tuner/adapters/ray_internals.py, the tuner class that puts each before Ray's, and the
 #: methods that tuner class defines for the mixin to call.
 ROUTED = {
-    "CLIReporterHooks": ("tuner.run.reporting.TableReporter", ("table_best_trial", "edit_table")),
-    "TBXLoggerHooks": ("tuner.run.reporting.HParamsTBXCallback", ("log_hparams",)),
-    "WandbLoggerHooks": ("tuner.run.reporting.WandbCallback", ("init_kwargs", "actor_env")),
+    "CLIReporterHooks": ("tuner.run.console.TableReporter", ("table_best_trial", "edit_table")),
+    "TBXLoggerHooks": ("tuner.run.loggers.HParamsTBXCallback", ("log_hparams",)),
+    "WandbLoggerHooks": ("tuner.run.loggers.WandbCallback", ("init_kwargs", "actor_env")),
     "PBTCloneSourceHooks": ("tuner.search.population.TunerPBT", ()),
-    "StagedResultFileHooks": ("tuner.run.reporting.JsonLogger", ()),
+    "StagedResultFileHooks": ("tuner.run.loggers.JsonLogger", ()),
 }
 
 INTERNALS = [
@@ -365,7 +365,7 @@ INTERNALS = [
              _propagates_lean_train_env, via="lean_train_env"),
     # Ray Tune's trials, experiment state and results (the values: test_run_objects_keep_the_attributes_tuner_uses)
     Internal("ray.train._internal.storage.StorageContext",
-             "tuner/run/failures.py: ExperimentStopper, PlacementGroupReleaser; tuner/run/reporting.py: TableReporter",
+             "tuner/run/failures.py: ExperimentStopper, PlacementGroupReleaser; tuner/run/console.py: TableReporter",
              all_of(attrs("experiment_fs_path"), source_has("self.trial_dir_name = trial_dir_name")),
              via="trial_dir_name"),
     Internal("ray.tune.experiment.Trial.__init__", "tuner/run/failures.py: ExperimentStopper.on_experiment_end",
@@ -373,7 +373,7 @@ INTERNALS = [
     Internal("ray.tune.experiment.Trial.init_local_path", "tuner/run/failures.py: ExperimentStopper.on_experiment_end",
              params(), via="name_trial_dir"),
     Internal("ray.train._internal.storage.StorageContext.experiment_fs_path",
-             "tuner/run/reporting.py: TableReporter (the folder line)", via="experiment_fs_path"),
+             "tuner/run/console.py: TableReporter (the folder line)", via="experiment_fs_path"),
     Internal("ray.tune.ResultGrid.__init__", "tuner/run/results.py: _statuses",
              source_has("self._experiment_analysis = experiment_analysis"), via="result_grid_trials"),
     Internal("ray.tune.execution.tune_controller.TuneController.save_to_dir",
@@ -617,57 +617,57 @@ INTERNALS = [
     Internal("ray.train._internal.session._FutureTrainingResult", "tuner/search/scheduler_state.py: _TrialsById",
              attrs("resolve"), via="is_checkpoint_in_flight"),
     # reporters and logger callbacks
-    Internal("ray.tune.CLIReporter", "tuner/run/reporting.py: TableReporter",
+    Internal("ray.tune.CLIReporter", "tuner/run/console.py: TableReporter",
              all_of(_mixin_fits("CLIReporterHooks", *ROUTED["CLIReporterHooks"][1], "progress", "location"),
                     _called(lambda cls: cls(), attrs("_metric", "_mode", "_total_samples", "_last_report_time"))),
              via="CLIReporterHooks"),
-    Internal("ray.tune.progress_reporter.TuneReporterBase._progress_str", "tuner/run/reporting.py: TableReporter",
+    Internal("ray.tune.progress_reporter.TuneReporterBase._progress_str", "tuner/run/console.py: TableReporter",
              params("trials", "done", "sys_info", "fmt", "delim"), via="CLIReporterHooks"),
-    Internal("ray.tune.progress_reporter.TuneReporterBase._current_best_trial", "tuner/run/reporting.py: TableReporter",
+    Internal("ray.tune.progress_reporter.TuneReporterBase._current_best_trial", "tuner/run/console.py: TableReporter",
              all_of(params("trials"), source_has("return best_trial, metric")), via="CLIReporterHooks"),
     Internal("ray.tune.progress_reporter.TuneReporterBase.should_report",
-             "tuner/run/reporting.py: TableReporter.setup (the first table one period after the start)",
+             "tuner/run/console.py: TableReporter.setup (the first table one period after the start)",
              source_has("self._last_report_time"), via="CLIReporterHooks"),
     Internal("ray.tune.logger.logger.LoggerCallback._restore_from_remote",
-             "tuner/run/reporting.py: JsonLogger, CsvLogger (a trial's file is copied from the storage once a run)",
+             "tuner/run/loggers.py: JsonLogger, CsvLogger (a trial's file is copied from the storage once a run)",
              all_of(params("file_name", "trial"),
                     source_has("if not trial.checkpoint:", "pyarrow.fs.copy_files(",
                                "remote_file = Path(trial.storage.trial_fs_path, file_name).as_posix()",
                                "source_filesystem=trial.storage.storage_filesystem")),
              via="StagedResultFileHooks"),
-    Internal("ray.tune.logger.JsonLoggerCallback", "tuner/run/reporting.py: JsonLogger",
+    Internal("ray.tune.logger.JsonLoggerCallback", "tuner/run/loggers.py: JsonLogger",
              all_of(_mixin_fits("StagedResultFileHooks"),
                     _called(lambda cls: cls.log_trial_start, source_has("self._restore_from_remote(EXPR_RESULT_FILE, "))),
              via="StagedResultFileHooks"),
-    Internal("ray.tune.logger.CSVLoggerCallback", "tuner/run/reporting.py: CsvLogger",
+    Internal("ray.tune.logger.CSVLoggerCallback", "tuner/run/loggers.py: CsvLogger",
              all_of(_mixin_fits("StagedResultFileHooks"),
                     _called(lambda cls: cls._setup_trial, source_has("self._restore_from_remote(EXPR_PROGRESS_FILE, "))),
              via="StagedResultFileHooks"),
-    Internal("ray.tune.logger.TBXLoggerCallback", "tuner/run/reporting.py: HParamsTBXCallback",
+    Internal("ray.tune.logger.TBXLoggerCallback", "tuner/run/loggers.py: HParamsTBXCallback",
              all_of(_mixin_fits("TBXLoggerHooks", *ROUTED["TBXLoggerHooks"][1]),
                     _called(_tbx_callback, attrs("_trial_result", "_trial_writer")),
                     _called(lambda cls: cls.log_trial_end, source_has("self._try_log_hparams(trial, "))),
              via="TBXLoggerHooks"),
     Internal("ray.air.integrations.wandb.WandbLoggerCallback._start_logging_actor",
-             "tuner/run/reporting.py: WandbCallback", all_of(params("trial", "exclude_results", "wandb_init_kwargs"),
+             "tuner/run/loggers.py: WandbCallback", all_of(params("trial", "exclude_results", "wandb_init_kwargs"),
                                                           source_has("if not self._remote_logger_class:")),
              via="WandbLoggerHooks"),
-    Internal("ray.air.integrations.wandb.WandbLoggerCallback", "tuner/run/reporting.py: WandbCallback",
+    Internal("ray.air.integrations.wandb.WandbLoggerCallback", "tuner/run/loggers.py: WandbCallback",
              all_of(attrs("_logger_actor_cls"), _mixin_fits("WandbLoggerHooks", *ROUTED["WandbLoggerHooks"][1]),
                     _called(_wandb_callback, attrs("_remote_logger_class", "kwargs"))), via="WandbLoggerHooks"),
-    Internal("ray.air.integrations.wandb._WandbLoggingActor", "tuner/run/reporting.py: WandbCallback",
+    Internal("ray.air.integrations.wandb._WandbLoggingActor", "tuner/run/loggers.py: WandbCallback",
              all_of(_called(lambda cls: cls.__init__, source_has("self._wandb = wandb")),
                     _called(lambda cls: cls.run, source_has("self._wandb.finish()"))),
              via="WandbLoggerHooks"),
-    Internal("ray.air.util.node._force_on_current_node", "tuner/run/reporting.py: WandbCallback",
+    Internal("ray.air.util.node._force_on_current_node", "tuner/run/loggers.py: WandbCallback",
              # Called with nothing it returns the options dict tuner unpacks (calling it here would start a Ray).
              all_of(params("remote_func_or_actor_class"),
                     source_has("_force_on_node(current_node_id, remote_func_or_actor_class)")),
              via="WandbLoggerHooks"),
-    Internal("ray.air.integrations.mlflow.MLflowLoggerCallback", "tuner/run/reporting.py: MLflowCallback.setup",
+    Internal("ray.air.integrations.mlflow.MLflowLoggerCallback", "tuner/run/loggers.py: MLflowCallback.setup",
              _called(lambda cls: cls(tracking_uri="file:/tmp/x"), attrs("tracking_uri"))),
     # the Ray process, the cluster and its jobs
-    Internal("ray._private.worker._global_node", "tuner/run/reporting.py: WandbCallback", via="ray_started_here"),
+    Internal("ray._private.worker._global_node", "tuner/run/loggers.py: WandbCallback", via="ray_started_here"),
     Internal("ray._private.worker._global_node", "tuner/run/failures.py: drop_stale_staging (no node: Ray Client)",
              via="experiment_staging_path"),
     Internal("ray.train.constants._get_ray_train_session_dir", "tuner/run/failures.py: drop_stale_staging (the staging "
@@ -754,7 +754,7 @@ CHECKED_ON_A_RUN = {"saved_trials", "saved_stopper", "result_grid_trials", "tria
 #: Entries of tuner/adapters/ray_internals.py that name config keys of Ray's compiled raylet (checked below).
 CHECKED_IN_THE_RAYLET = {"LOCAL_RAY_SYSTEM_CONFIG", "local_ray_options"}
 
-#: Environment variables tuner sets for Ray (tuner/run/reporting.py: prepare_console): Ray's source reads them.
+#: Environment variables tuner sets for Ray (tuner/run/console.py: prepare_console): Ray's source reads them.
 RAY_ENV_VARS = {
     "TUNE_GLOBAL_CHECKPOINT_S": "ray.tune.execution.tune_controller",
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "ray.tune.utils.callback",
@@ -791,7 +791,7 @@ def test_ray_internal_is_still_there(internal: Internal):
 def test_ray_reads_the_environment_variable_tuner_sets(variable):
     module = importlib.import_module(RAY_ENV_VARS[variable])
     assert variable in inspect.getsource(module), \
-        f"{module.__name__} no longer reads {variable}, which tuner/run/reporting.py: prepare_console sets"
+        f"{module.__name__} no longer reads {variable}, which tuner/run/console.py: prepare_console sets"
 
 
 def test_experiment_state_is_saved_every_2_s_unless_the_user_set_it(monkeypatch):
@@ -800,7 +800,7 @@ def test_experiment_state_is_saved_every_2_s_unless_the_user_set_it(monkeypatch)
     import os
     from unittest import mock
 
-    from tuner.run.reporting import prepare_console
+    from tuner.run.console import prepare_console
 
     with mock.patch.dict(os.environ):  # prepare_console's other variables are restored too
         monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
@@ -857,7 +857,7 @@ def test_the_table_reporter_works_through_its_hooks():
     """Ray-free: the clock, the best trial and the table text of tuner's TableReporter go through Ray's hooks."""
     import time
 
-    from tuner.run.reporting import TableReporter
+    from tuner.run.console import TableReporter
 
     reporter = TableReporter(metric_columns=["loss"])
     reporter.setup(start_time=time.time(), total_samples=3, metric="loss", mode="min")
@@ -1339,7 +1339,7 @@ def test_saved_searcher_states_reopen(tiny_runs):
 
 def test_run_objects_give_tuner_what_it_reads(tiny_runs):
     """tuner.adapters.ray_internals on a finished run's objects: the ResultGrid's trials and a trial's folder names
-    (tuner/run/results.py: _statuses; tuner/run/failures.py; tuner/run/reporting.py), and whether Ray started here."""
+    (tuner/run/results.py: _statuses; tuner/run/failures.py; tuner/run/console.py), and whether Ray started here."""
     import ray._private.worker as worker
 
     from tuner.adapters import ray_internals

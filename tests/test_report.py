@@ -366,7 +366,7 @@ def test_progress_line_under_the_table(run):
 
 def test_no_progress_line_without_the_table(tmp_path):
     """reporting.cli.progress: false drops the line, not the table; cli: false drops both."""
-    from tuner.run.reporting import ProgressLine, TableReporter, build_reporter
+    from tuner.run.console import ProgressLine, TableReporter, build_reporter
     from tuner.spec import load_spec
 
     base = yaml.safe_load(SPEC)
@@ -531,7 +531,7 @@ def test_tensorboard_hparams_domain_is_written_only_when_the_experiment_ends(ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import metadata
 
-    from tuner.run.reporting import HParamsTBXCallback
+    from tuner.run.loggers import HParamsTBXCallback
     from tuner.spec import load_spec
 
     def hparams(folder):

@@ -187,7 +187,8 @@ def resume_in_process(exp, **flags):
     """A resume through the Python API that `tuner resume` calls (prepare_resume, then resume_prepared),
     on the session's Ray: for the resumes whose exit code and console are not what the test proves.
     Returns the TuneResult of the whole experiment."""
-    from tuner.run.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import resume_prepared
+    from tuner.run.prepare import prepare_resume
 
     return resume_prepared(prepare_resume(exp), **flags)
 

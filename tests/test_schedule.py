@@ -314,7 +314,7 @@ def test_replay_changes_the_config_at_the_same_iterations(pbt, run_cli, on_sessi
 @pytest.mark.slow
 def test_replay_defaults_to_the_best_trial(pbt):
     """--replay EXPERIMENT without :TRIAL replays the trial summary.json names best (its schedule and seed)."""
-    from tuner.run.engine import prepare
+    from tuner.run.prepare import prepare
     from tuner.search.schedule import trial_schedule
 
     spec, result = pbt
@@ -331,7 +331,7 @@ def test_replay_defaults_to_the_best_trial(pbt):
 def test_replay_is_named_name_replay_unless_a_name_is_given(name, monkeypatch, tmp_path):
     """README "Running": the replay is a new experiment, `<name>-replay` unless `--name` (`name=`) is given; the
     replayed experiment is a stand-in here (check_replay reads a real one), and nothing starts."""
-    from tuner.run import engine
+    from tuner.run import prepare as engine
 
     schedule = [{"from_iteration": 0, "config": {"lr": 0.2, "opt": {"width": 30}}}]
     replayed = engine.Replay(tmp_path / "pbt", "t1", "", schedule)

@@ -259,7 +259,8 @@ def references(ray_local, tmp_path_factory):
 
 
 def resume(exp: Path) -> None:
-    from tuner.run.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import resume_prepared
+    from tuner.run.prepare import prepare_resume
 
     resume_prepared(prepare_resume(exp))
 
@@ -305,7 +306,8 @@ def test_scheduler_state_survives_sigkill_and_resume(ray_local, references, tmp_
 def test_a_resume_without_a_saved_scheduler_state_says_so(ray_local, tmp_path):
     """A folder without tuner's scheduler state (an older tuner's): the resume says that the scheduler starts
     afresh, and says nothing when the state is there."""
-    from tuner.run.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import resume_prepared
+    from tuner.run.prepare import prepare_resume
 
     exp = run_reference(tmp_path, "asha")
     assert final_iterations(exp) == REFERENCE_ITERATIONS["asha"], "the constant is what an uninterrupted run gives"

@@ -410,7 +410,7 @@ def test_searchers_accept_the_quantized_integers_they_represent(make_spec, algo,
 def test_stop_on_the_metric_under_min_stops_once_it_is_low_enough(ray_local, tmp_path):
     """quadratic reports loss = 1/(i+1) at x=0.3: 1, 0.5, 0.33, 0.25, ...; `stop: {loss: 0.3}` ends it at the 4th."""
     from tuner import tune_model
-    from tuner.run.engine import plan, prepare
+    from tuner.run.prepare import plan, prepare
 
     spec = {"name": "stop-min", "trainable": "tests.trainables:quadratic", "metric": "loss", "mode": "min",
             "param_space": {"x": 0.3, "epochs": 10}, "stop": {"loss": 0.3, "training_iteration": 8},

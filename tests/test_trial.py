@@ -135,7 +135,7 @@ def test_the_drivers_tensorboard_logging_does_not_import_torch(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom tuner.run.reporting import import_tensorboardx_without_torch\n"
+    code = ("import sys\nfrom tuner.run.loggers import import_tensorboardx_without_torch\n"
             "import_tensorboardx_without_torch()\nfrom tensorboardX import SummaryWriter\n"
             f"w = SummaryWriter({str(tmp_path)!r})\nw.add_scalar('loss', 0.5, 1)\nw.close()\n"
             "print('torch' in sys.modules)\nimport torch\nprint(torch.tensor([1.0]).sum().item())")

@@ -192,7 +192,8 @@ def test_optuna_warm_started_through_the_cli_has_the_earlier_trials_in_its_study
     """B (`tuner run`) adds every trial of A to its study before its first suggestion, and says so. Resumed
     with one trial more (in-process, as `tuner resume` does, with A's folder gone), B's searcher still holds them, once each,
     and learns from the new trial too."""
-    from tuner.run.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import resume_prepared
+    from tuner.run.prepare import prepare_resume
 
     from ray.tune.search.optuna import OptunaSearch
 

@@ -72,7 +72,7 @@ def _parse_sets(sets: tuple[str, ...], storage=None, name=None, num_samples=None
 
 
 def _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets=(), address=None, replay=None):
-    from tuner.run.engine import prepare
+    from tuner.run.prepare import prepare
     from tuner.spec import load_spec
 
     # Loaded here, so that a --set whose path or value is wrong is named as the culprit.
@@ -114,7 +114,7 @@ def _check_cluster(prepared) -> None:
     """With an address: check the plan against the cluster's resources (connected, or refused) before anything
     is printed or made; without one, nothing (a local Ray's resources are known from the options)."""
     if prepared.address is not None:
-        from tuner.run.engine import check_cluster
+        from tuner.run.prepare import check_cluster
 
         check_cluster(prepared)
 
@@ -123,12 +123,12 @@ def _echo_plan(prepared, measured=None, measure: int | None = None) -> None:
     """Print the plan and its forecast in time, as `tuner validate` (and `tuner run --dry-run`) show them.
 
     Args:
-        prepared: A :class:`tuner.run.engine.Prepared`, its cluster checked (:func:`_check_cluster`).
+        prepared: A :class:`tuner.run.prepare.Prepared`, its cluster checked (:func:`_check_cluster`).
         measured: A measurement from ``--from``, or None.
         measure: ``--measure N``: run the first trial for N iterations after the plan is printed; None: no run.
     """
     from tuner.run import measure as timing
-    from tuner.run.engine import plan
+    from tuner.run.prepare import plan
 
     click.echo(plan(prepared))
     if measure is not None:
@@ -203,7 +203,8 @@ def _finish(result) -> None:
 @click.option("--address", type=str, default=None, help=_ADDRESS_HELP)
 def resume(experiment, spec_path, resume_errored, restart_errored, num_cpus, num_gpus, address) -> None:
     """Resume a stopped or crashed experiment (Ray Tune's Tuner.restore)."""
-    from tuner.run.engine import prepare_resume, resume_prepared
+    from tuner.run.engine import resume_prepared
+    from tuner.run.prepare import prepare_resume
 
     if resume_errored and restart_errored:
         raise InputError("--resume-errored and --restart-errored exclude each other; choose one.")

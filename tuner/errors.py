@@ -93,7 +93,7 @@ class StorageError(InputError, RuntimeError):
     """The storage URI cannot be reached, read or written (the message names the URI).
 
     Raised by :mod:`tuner.experiment.storage` (listing, opening, downloading or uploading a cloud
-    folder), which :func:`tuner.run.engine.prepare` and :func:`tuner.run.engine.prepare_resume` call
+    folder), which :func:`tuner.run.prepare.prepare` and :func:`tuner.run.prepare.prepare_resume` call
     before anything starts, as do ``tuner report`` and ``tuner list`` for a cloud URI. A
     ``storage`` value that is malformed (no bucket, a relative ``file://`` path) is a
     :class:`~tuner.spec.SpecError` instead. Exit code 2 (also for an upload that fails
@@ -106,7 +106,7 @@ class ExperimentError(InputError):
     """The experiment folder cannot be resumed: it is not a tuner experiment, its state is
     missing or unreadable, or its trainable cannot be found by name.
 
-    Raised by :func:`tuner.run.engine.prepare_resume` and :func:`tuner.run.failures.check_state`
+    Raised by :func:`tuner.run.prepare.prepare_resume` and :func:`tuner.run.failures.check_state`
     before Ray starts (``tuner resume`` exits with code 2); nothing is written.
     """
 
@@ -123,8 +123,8 @@ class ExperimentLocked(ExperimentError, RuntimeError):
 class ClusterError(InputError):
     """The Ray cluster or its Jobs API cannot be used as given.
 
-    Raised by :func:`tuner.run.engine.prepare` (``--num-cpus``/``--num-gpus`` together with an
-    address), :func:`tuner.run.engine.check_cluster` (the cluster at ``--address`` cannot be
+    Raised by :func:`tuner.run.prepare.prepare` (``--num-cpus``/``--num-gpus`` together with an
+    address), :func:`tuner.run.prepare.check_cluster` (the cluster at ``--address`` cannot be
     reached), :func:`tuner.run.cluster.job_client` (``--address`` is not the dashboard's
     http(s) URL, or the Jobs API cannot be reached), :func:`tuner.run.cluster.submit_job` (a
     ``--working-dir`` that is not a folder) and :func:`tuner.run.cluster.stage_submitted_spec`

@@ -7,6 +7,28 @@ written against 0.1 keeps working, and so do experiments saved by 0.1, whose ``t
 pickles classes by their old module paths (``tuner.trainable``, ``tuner.population``, ...)
 and which ``tuner resume`` unpickles.
 
+A module that was split in two (:data:`SPLIT`) is an alias module of its own: each name is
+looked up in the new modules in turn, so ``tuner.engine.prepare_resume`` is
+``tuner.run.prepare.prepare_resume`` and ``tuner.reporting.TableReporter`` is
+``tuner.run.console.TableReporter``: the same objects, in a module object that is neither.
+
+The rule for pickled classes. Ray pickles tuner's objects by module path and name, and
+``tuner resume`` must find each again: ``tuner.pkl`` holds the Tuner's ``run_config`` (the
+progress reporter :class:`~tuner.run.console.TableReporter` with its
+:class:`~tuner.run.console.ProgressLine` and :class:`~tuner.run.console.BestRule`; the
+callbacks :class:`~tuner.run.loggers.JsonLogger`, :class:`~tuner.run.loggers.CsvLogger`,
+:class:`~tuner.run.loggers.HParamsTBXCallback`, ``tuner.run.loggers.WandbCallback`` and
+``MLflowCallback``, :class:`~tuner.run.console.StopOnFullDisk`, and those of
+:mod:`tuner.run.failures` and :mod:`tuner.search.scheduler_state`), the scheduler
+(:mod:`tuner.search.algorithms`), the spec's objectives (:mod:`tuner.spec.sections`) and
+``trial_folder_of`` (:mod:`tuner.experiment.layout`); the experiment state holds the stopper
+(:mod:`tuner.run.failures`). So a class or function that Ray pickles keeps its name, and
+when its module moves, the old path goes into :data:`MOVED` (the whole module moved) or
+:data:`SPLIT` (its names went to several modules; each name is defined in only one of them).
+``tuner.run.reporting`` (tuner 0.2's, split into :mod:`tuner.run.console` and
+:mod:`tuner.run.loggers`) is in :data:`SPLIT` for that reason only: experiments saved before
+the split name their reporter and callbacks by it.
+
 The aliases are a :class:`importlib.abc.MetaPathFinder` that :mod:`tuner` installs when it
 is imported (every ``tuner.*`` import imports ``tuner`` first). New code imports the new
 paths; ``tests/test_layers.py`` checks that no module of tuner, its tests or benchmarks uses
@@ -23,7 +45,7 @@ import sys
 from types import ModuleType
 from collections.abc import Sequence
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "SPLIT", "install"]
 
 #: Old module path -> new module path.
 MOVED = {
@@ -37,10 +59,16 @@ MOVED = {
         "population": "search.population", "warm_start": "search.warm_start", "schedule": "search.schedule",
         "scheduler_state": "search.scheduler_state", "pareto": "search.pareto", "rungs": "search.rungs",
         "forecast": "search.forecast", "seeds": "search.seeds",
-        "engine": "run.engine", "trainable": "run.trainable", "reporting": "run.reporting",
+        "trainable": "run.trainable",
         "failures": "run.failures", "results": "run.results", "cluster": "run.cluster", "measure": "run.measure",
         "dashboard": "report.dashboard",
     }.items()
+}
+#: Old module path -> the new modules its names went to, looked up in this order (a module split in two).
+SPLIT = {
+    "tuner.engine": ("tuner.run.engine", "tuner.run.prepare"),
+    "tuner.reporting": ("tuner.run.console", "tuner.run.loggers"),
+    "tuner.run.reporting": ("tuner.run.console", "tuner.run.loggers"),
 }
 # ``tuner.resources`` is a package now (``tuner.resources.sizing`` holds what the module held): the
 # old path is the package, and its names are read from the module it re-exports (tuner/resources/__init__.py).
@@ -59,15 +87,48 @@ class _Alias(importlib.abc.Loader):
         """Nothing to run: the new module ran when it was imported."""
 
 
+class _SplitAlias(importlib.abc.Loader):
+    """Loads an old path of :data:`SPLIT` as a module whose names are those of its new modules."""
+
+    def __init__(self, targets: Sequence[str]) -> None:
+        self.targets = tuple(targets)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return ModuleType(spec.name)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Give the alias module the names of its new modules (imported now), looked up when asked for."""
+        modules = [importlib.import_module(target) for target in self.targets]
+
+        def __getattr__(name: str):  # a module's __getattr__ (PEP 562)
+            for new in modules:
+                try:
+                    return getattr(new, name)
+                except AttributeError:
+                    continue
+            raise AttributeError(f"module {module.__name__!r} (now {' and '.join(self.targets)}) has no "
+                                 f"attribute {name!r}")
+
+        def __dir__() -> list[str]:
+            return sorted({name for new in modules for name in dir(new)})
+
+        module.__dict__.update(
+            __getattr__=__getattr__, __dir__=__dir__,
+            __all__=[name for new in modules for name in getattr(new, "__all__", ())],
+            __doc__=f"tuner's old module path {module.__name__}: now {' and '.join(self.targets)}.")
+
+
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of :data:`MOVED`, and no other."""
+    """Finds the old paths of :data:`MOVED` and :data:`SPLIT`, and no other."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         new = MOVED.get(fullname)
-        if new is None:
-            return None
-        return importlib.util.spec_from_loader(fullname, _Alias(new))
+        if new is not None:
+            return importlib.util.spec_from_loader(fullname, _Alias(new))
+        if fullname in SPLIT:
+            return importlib.util.spec_from_loader(fullname, _SplitAlias(SPLIT[fullname]))
+        return None
 
 
 def install() -> None:

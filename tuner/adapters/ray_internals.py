@@ -387,7 +387,7 @@ def experiment_fs_path(trial: Any) -> str | None:
     """The experiment folder of a trial, as Ray Tune stores it, or None for an object without one.
 
     ``Trial.storage.experiment_fs_path`` (Ray 2.60). The table's ``Experiment folder`` line
-    and the progress line's time budget (:mod:`tuner.run.reporting`).
+    and the progress line's time budget (:mod:`tuner.run.console`).
     """
     storage = getattr(trial, "storage", None)
     return storage.experiment_fs_path if storage is not None else None
@@ -1120,7 +1120,7 @@ def is_checkpoint_in_flight(obj: Any) -> bool:
 class _BestTrialView:
     """The best trial as Ray's ``_best_trial_str`` reads it (``trial_id``, ``last_result``), with a
     None for each parameter column its config lacks: Ray's lookup raises ``KeyError`` on a
-    parameter that a conditional space left out. :meth:`tuner.run.reporting.TableReporter.edit_table`
+    parameter that a conditional space left out. :meth:`tuner.run.console.TableReporter.edit_table`
     then lists only the parameters the trial has."""
 
     def __init__(self, trial: Any, columns: Any):
@@ -1140,7 +1140,7 @@ class CLIReporterHooks:
     ``TuneReporterBase`` builds the table in ``_progress_str`` and picks the table's best
     trial in ``_current_best_trial``; its settings are ``_metric``, ``_mode`` and
     ``_total_samples``, its clock ``_last_report_time``, and ``CLIReporter._print`` prints.
-    A subclass (:class:`tuner.run.reporting.TableReporter`) defines ``table_best_trial(trials)``
+    A subclass (:class:`tuner.run.console.TableReporter`) defines ``table_best_trial(trials)``
     (``(trial, metric)``, as Ray's) and ``edit_table(text, trials, delim)``.
     """
 
@@ -1193,7 +1193,7 @@ class TBXLoggerHooks:
     Ray writes a trial's HParams summary in ``_try_log_hparams(trial, result)`` (a subclass
     defines ``log_hparams`` instead), keeps each trial's last scalars in ``_trial_result``
     and its ``SummaryWriter`` in ``_trial_writer``. For
-    :class:`tuner.run.reporting.HParamsTBXCallback`.
+    :class:`tuner.run.loggers.HParamsTBXCallback`.
     """
 
     if TYPE_CHECKING:  # what the subclass defines
@@ -1218,7 +1218,7 @@ class WandbLoggerHooks:
     the actor class once (``_remote_logger_class``, from ``_logger_actor_cls``, on the
     driver's node through ``ray.air.util.node._force_on_current_node``) with
     ``WANDB_API_KEY`` in its ``runtime_env``. Here the subclass
-    (:class:`tuner.run.reporting.WandbCallback`) first adds to the ``wandb.init`` kwargs
+    (:class:`tuner.run.loggers.WandbCallback`) first adds to the ``wandb.init`` kwargs
     (``init_kwargs(trial, kwargs)``), and the class is built as Ray's own but with the
     subclass's ``actor_env()``, and with no restarts: Ray's ``max_restarts=-1`` made Ray's core
     log an error into the console for each trial (its constructor arguments are in the object
@@ -1320,7 +1320,7 @@ def ray_started_here() -> bool:
 
     Ray 2.60's ``ray._private.worker._global_node`` is this driver's ``Node``; its
     ``all_processes`` is empty when the driver only connected to a running Ray. For
-    :class:`tuner.run.reporting.WandbCallback` (whether a key must travel in a ``runtime_env``).
+    :class:`tuner.run.loggers.WandbCallback` (whether a key must travel in a ``runtime_env``).
     """
     import ray._private.worker as worker
 

@@ -74,7 +74,7 @@ def measure(prepared: Any, iterations: int) -> Measurement:
     reached ``iterations``, so the searcher's first config is the one measured.
 
     Args:
-        prepared: A :class:`tuner.run.engine.Prepared` (from ``tuner validate``).
+        prepared: A :class:`tuner.run.prepare.Prepared` (from ``tuner validate``).
         iterations: N >= 1.
 
     Returns:
@@ -90,7 +90,7 @@ def measure(prepared: Any, iterations: int) -> Measurement:
     from tuner.run.cluster import ray_session
     from tuner.run.engine import before_ray_tune
     from tuner.experiment.layout import trial_folder_of
-    from tuner.run.reporting import JsonLogger
+    from tuner.run.loggers import JsonLogger
     from tuner.search.space import ray_num_samples, to_ray_space
     from tuner.run.trainable import build_trainable, checkpoint_config, driver_request
 
@@ -190,7 +190,7 @@ def time_lines(prepared: Any, measurement: Measurement | None) -> list[str]:
     """Plan lines of the forecast in time: the measurement, wall time, GPU-hours, time budget.
 
     Args:
-        prepared: A :class:`tuner.run.engine.Prepared` whose ``cluster`` is known (else no lines).
+        prepared: A :class:`tuner.run.prepare.Prepared` whose ``cluster`` is known (else no lines).
         measurement: From :func:`measure` or :func:`from_experiment`; None without one (a
             forecast in ``time_total_s`` needs none).
 
