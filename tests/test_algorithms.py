@@ -94,14 +94,14 @@ def test_hyperband_stops_trials_left_paused_in_a_finished_bracket():
 
 
 def readme_defaults(table: str) -> dict[str, dict[str, str]]:
-    """``{row name: {option: default text}}`` of the README's searcher or scheduler table (options
-    shown as ``name`` (default)); a row that says "as `other`" takes the other row's defaults."""
+    """``{row name: {option: default text}}`` of the searcher or scheduler table in docs/guides/searchers-and-schedulers.md
+    (options shown as ``name`` (default)); a row that says "as `other`" takes the other row's defaults."""
     import re
 
-    from tests.fixtures.paths import ROOT
+    from tests.fixtures.paths import doc_text
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(f"### {table}\n", 1)[1].split("\n### ", 1)[0]
+    page = doc_text("guides/searchers-and-schedulers.md")
+    section = page.split(f"\n## {table}\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

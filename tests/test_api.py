@@ -173,7 +173,8 @@ def test_a_short_run_prints_its_table_and_the_scheduler_line_once(ray_local, mak
 
 
 def test_the_readmes_tune_model_signature_is_the_codes():
-    """README "From Python" gives tune_model's signature: the same parameters, defaults and order as the code."""
+    """docs/getting-started.md ("From Python", once the README's) gives tune_model's signature: the same parameters,
+    defaults and order as the code."""
     import inspect
 
     parts = []
@@ -183,4 +184,4 @@ def test_the_readmes_tune_model_signature_is_the_codes():
         else:
             parts += ["*"] if p.kind is p.KEYWORD_ONLY and "*" not in parts else []
             parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
-    assert f"`tune_model({', '.join(parts)})`:" in (ROOT / "README.md").read_text()
+    assert f"`tune_model({', '.join(parts)})`:" in (ROOT / "docs" / "getting-started.md").read_text()

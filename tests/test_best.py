@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.fixtures.paths import ROOT
+from tests.fixtures.paths import ROOT, doc_text, readme_and_docs
 from tuner import tune_model
 from tuner.core.best import best, has_result, ranked
 from tuner.errors import TunerError
@@ -54,18 +54,21 @@ RAY_FREE = ("best", "layout", "state", "params", "rungs", "files", "storage", "s
 
 
 def readme_layout() -> dict[str, str]:
-    """The README's "Layout" table: path -> what."""
-    text = (ROOT / "README.md").read_text().split("\n## Layout\n", 1)[1]
+    """The "Layout" table of docs/architecture.md (once the README's): path -> what."""
+    text = doc_text("architecture.md").split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     return {row.split("`")[1]: row.split(" | ", 1)[1] for row in rows}
 
 
 def test_the_readmes_layout_lists_every_module_and_each_path_exists():
-    """README "Layout": every path it lists exists, and every module of tuner/ (a file or a package) is listed."""
+    """docs/architecture.md "Layout": every path it lists exists, and every module of tuner/ (each file, in a
+    package or not, but ``__init__.py`` and ``__main__.py``) and each package folder is listed."""
     layout = readme_layout()
     assert [path for path in layout if not (ROOT / path).exists()] == []
-    modules = {f"tuner/{p.name}" for p in (ROOT / "tuner").glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
-    modules |= {f"tuner/{p.name}/" for p in (ROOT / "tuner").iterdir() if (p / "__init__.py").is_file()}
+    tuner = ROOT / "tuner"
+    modules = {p.relative_to(ROOT).as_posix() for p in tuner.rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py") and "__pycache__" not in p.parts}
+    modules |= {f"{p.relative_to(ROOT).as_posix()}/" for p in tuner.rglob("*") if (p / "__init__.py").is_file()}
     assert sorted(modules - set(layout)) == []
 
 
@@ -75,17 +78,18 @@ TOP_FOLDERS = ("benchmarks", "docker", "docs", "examples", "schema", "search_spa
 
 
 def test_every_repository_path_and_benchmarks_section_the_readme_names_exists():
-    """README, throughout: every repository path it names in backticks exists (`examples/_common.py:load_checkpoint`
-    the file and a function or class of that name in it), and every section of docs/benchmarks.md it quotes
-    (`docs/benchmarks.md`, "Per-trial start-up cost") is the start of a heading there."""
-    text = (ROOT / "README.md").read_text()
+    """README.md and every docs page, throughout: every repository path they name in backticks exists
+    (`examples/_common.py:load_checkpoint` the file and a function or class of that name in it), and every
+    section of docs/benchmarks.md they quote (`docs/benchmarks.md`, "Per-trial start-up cost") is the start of a
+    heading there."""
+    text = "\n".join(readme_and_docs().values())
     named = {m for m in re.findall(r"`([\w./-]+(?::\w+)?)`", text) if m.split("/", 1)[0] in TOP_FOLDERS and "/" in m}
-    assert len(named) > 50, "the README's paths are found"
+    assert len(named) > 50, "the pages' paths are found"
     assert sorted(p for p in named if not (ROOT / p.split(":")[0]).exists()) == []
     for path, name in (p.split(":") for p in sorted(named) if ":" in p):
         assert re.search(rf"^(def|class) {name}\b", (ROOT / path).read_text(), re.M), f"{path}:{name}"
     quoted = re.findall(r'`docs/benchmarks\.md`, "([^"]+)"', " ".join(text.split()))
-    assert len(quoted) >= 4, "the README's quoted sections are found"
+    assert len(quoted) >= 4, "the pages' quoted sections are found"
     headings = [line.lstrip("#").strip() for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
                 if line.startswith("#")]
     assert [title for title in quoted if not any(h.startswith(title) for h in headings)] == []
@@ -93,10 +97,11 @@ def test_every_repository_path_and_benchmarks_section_the_readme_names_exists():
 
 def test_the_rule_is_written_once_and_report_stays_ray_free():
     """results.py, report/ and reporting.py import tuner.core.best; the modules of RAY_FREE import no Ray."""
-    # The README's Layout names these as importing no Ray too.
+    # docs/architecture.md's Layout names these as importing no Ray too.
     named = tuple(path.removeprefix("tuner/").removesuffix("/").removesuffix(".py").replace("/", ".")
                   for path, what in readme_layout().items() if path.startswith("tuner/") and "no Ray" in what)
-    assert {"spec.conditions", "seeds", "export", "schedule", "forecast", "pareto"} <= set(named)
+    assert {"spec.conditions", "search.seeds", "experiment.export", "search.schedule", "search.forecast",
+            "search.pareto"} <= set(named)
     code = ("import importlib, sys\n"
             f"for name in {RAY_FREE + named!r}:\n"
             "    importlib.import_module('tuner.' + name)\n"

@@ -287,9 +287,9 @@ def test_run_end_to_end(toy_run):
 
 
 def readme_forecast_keys() -> set[str]:
-    """The keys of tuner_run.json's ``forecast`` that the README lists ("records the forecast in
-    `tuner_run.json` (`forecast`: `trials`, ... `trials_at_once`)")."""
-    text = " ".join((ROOT / "README.md").read_text().split())
+    """The keys of tuner_run.json's ``forecast`` that docs/guides/budget-forecast.md lists ("records the forecast
+    in `tuner_run.json` (`forecast`: `trials`, ... `trials_at_once`)")."""
+    text = " ".join((ROOT / "docs" / "guides" / "budget-forecast.md").read_text().split())
     start = text.index("records the forecast in `tuner_run.json` (`forecast`:")
     part = text[start:text.index("and `tuner report`'s", start)]
     return set(re.findall(r"`(\w+)`", part)) - {"tuner_run", "forecast", "json"}

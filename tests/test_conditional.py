@@ -218,16 +218,16 @@ def test_validate_prints_the_tree_and_the_exact_grid_count(tmp_path, run_cli):
 
 
 def test_the_readme_tree_is_what_validate_prints_for_the_readme_space(tmp_path, run_cli):
-    """README's "Conditional search spaces": the tree under "prints the space as a tree" is the plan's
-    ``space:`` lines for the YAML block above it, line for line (so the README cannot drift)."""
+    """docs/guides/search-spaces.md's "Conditional search spaces": the tree under "prints the space as a tree" is
+    the plan's ``space:`` lines for the YAML block above it, line for line (so the page cannot drift)."""
     import re
 
-    from tests.fixtures.paths import ROOT
+    from tests.fixtures.paths import doc_text
 
-    section = (ROOT / "README.md").read_text().split("### Conditional search spaces", 1)[1].split("\n### ", 1)[0]
+    section = doc_text("guides/search-spaces.md").split("\n## Conditional search spaces\n", 1)[1].split("\n## ", 1)[0]
     space = re.search(r"```yaml\n(param_space:\n.*?)```", section, re.S)
     shown = re.search(r"prints the space as a tree:\n\n```\n(.*?)```", section, re.S)
-    assert space and shown, "README's conditional-space example or its tree moved"
+    assert space and shown, "the page's conditional-space example or its tree moved"
     spec = {"name": "tree", "trainable": "tests.trainables:quadratic", **yaml.safe_load(space.group(1))}
     (tmp_path / "tree.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     out = run_cli("validate", tmp_path / "tree.yaml")

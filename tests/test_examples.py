@@ -583,13 +583,14 @@ def test_resnet_trains_on_a_cifar_folder(reports, tmp_path, monkeypatch):
 
 
 def test_the_readmes_mnist_defaults_are_the_examples():
-    """README's "Data for the examples" names each config key of examples/mnist.py:train with its default, in
-    brackets after it (`lr` (0.02)); each is DEFAULTS', and every key of DEFAULTS is named."""
+    """docs/guides/example-data.md ("Data for the examples", once the README's) names each config key of
+    examples/mnist.py:train with its default, in brackets after it (`lr` (0.02)); each is DEFAULTS', and every
+    key of DEFAULTS is named."""
     import re
 
-    from tests.fixtures.paths import ROOT
+    from tests.fixtures.paths import doc_text
 
-    text = (ROOT / "README.md").read_text()
+    text = doc_text("guides/example-data.md")
     part = text[text.index("- `examples/mnist.py:train`"):text.index("- `examples/cifar.py:train` and")]
     part = " ".join(part.split())
     said = dict(re.findall(r"`(\w+)` \(`?([\w.]+)`?[,:)]", part))
@@ -599,15 +600,16 @@ def test_the_readmes_mnist_defaults_are_the_examples():
 
 
 def test_the_resnet_examples_synthetic_epoch_and_the_resident_budget_are_the_readmes():
-    """README: ResNet-18's synthetic set is 15,360 images an epoch, 60 steps at batch 256; a dataset of up to
-    256 MiB stays resident on the trial's device."""
-    from tests.fixtures.paths import ROOT
+    """The docs: ResNet-18's synthetic set is 15,360 images an epoch, 60 steps at batch 256
+    (guides/example-data.md); a dataset of up to 256 MiB stays resident on the trial's device (getting-started.md,
+    "Writing a train function")."""
+    from tests.fixtures.paths import doc_text
     from tuner import trial
 
     assert resnet.DEFAULTS["n_train"] == 60 * resnet.DEFAULTS["batch_size"] == 15_360
     assert trial.RESIDENT_MAX_BYTES == 256 * 2**20
-    readme = (ROOT / "README.md").read_text()
-    assert "15,360 an epoch, 60 steps at batch 256" in readme and "256 MiB" in readme
+    assert "15,360 an epoch, 60 steps at batch 256" in doc_text("guides/example-data.md")
+    assert "`TensorDataset` of at most 256 MiB" in doc_text("getting-started.md")
 
 
 def test_cifar_takes_optimizer_and_beta2(reports, tmp_path, monkeypatch):

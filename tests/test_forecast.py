@@ -434,12 +434,12 @@ def test_the_plan_says_how_much_of_the_time_budget_the_run_takes():
 
 
 def test_the_readmes_forecast_figures_are_what_the_forecast_gives():
-    """The README quotes the forecast for the main job as it is (25) and its example line for 16 trials, rungs
-    1, 3 and 9, 2 at a time (63, 40 to 83.5): both are seeded, so a change to the simulation or to the main
-    job's spec that moves them must change the README too."""
-    from tests.fixtures.paths import ROOT
+    """docs/guides/budget-forecast.md quotes the forecast for the main job as it is (25) and its example line for
+    16 trials, rungs 1, 3 and 9, 2 at a time (63, 40 to 83.5): both are seeded, so a change to the simulation or
+    to the main job's spec that moves them must change the page too."""
+    from tests.fixtures.paths import ROOT, doc_text
 
-    readme = (ROOT / "README.md").read_text()
+    readme = doc_text("guides/budget-forecast.md")
     main = forecast(load_spec(ROOT / "search_spaces" / "mnist_asha.yaml"), 8, 2)
     assert f"it forecasts {main.expected_total:g}:" in readme
     assert f"expected {main.expected_total:g} (10th-90th percentile {main.expected_low:.3g} to " \
