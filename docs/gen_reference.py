@@ -355,7 +355,7 @@ def layout_page() -> str:
     """The text of ``docs/reference/experiment-folder.md``."""
     from tuner.experiment import layout
 
-    source = (ROOT / LAYOUT_MODULE).read_text()
+    source = Path(layout.__file__).read_text()
     values = {name: getattr(layout, name) for name in layout.__all__}
 
     def shown(name: str) -> str:
