@@ -358,10 +358,11 @@ def check_command(args: list[str]) -> list[str]:
     return problems
 
 
-def command_lines(page: str) -> list[tuple[int, str]]:
-    """``(line, command)`` of every ``tuner ...`` command line of ``page``: in ```bash/```console/```sh blocks
-    (a console block's ``$`` lines only, when it has any; continued lines joined) and in inline code spans."""
-    blocks, prose = _READ[page]
+def command_lines(page: str, text: str | None = None) -> list[tuple[int, str]]:
+    """``(line, command)`` of every ``tuner ...`` command line of ``page`` (its file, or ``text``): in
+    ```bash/```console/```sh blocks (a console block's ``$`` lines only, when it has any; continued lines
+    joined) and in inline code spans."""
+    blocks, prose = _READ[page] if text is None else read_page(page, text)
     found = []
     for block in blocks:
         if block.lang not in ("bash", "console", "sh", "shell", "shell-session", "zsh"):
@@ -405,3 +406,14 @@ def test_command_checker_catches_mistakes():
     assert check_command(["run|validate|submit", "SPEC"]) == []
     assert tuner_args("$ TUNER_DEBUG=1 python -m tuner validate s.yaml  # note") == ["validate", "s.yaml"]
     assert tuner_args("pip install tuner") is None
+
+
+def test_command_lines_are_found():
+    """Command lines are read from shell blocks (continued lines joined, a console block's prompts only, each
+    command of a chain) and inline code spans, each with its line."""
+    sample = ("Run `tuner run SPEC --bogus` or `tuner.trial.report`.\n\n"
+              "```bash\ntuner validate s.yaml \\\n  --num-cpus 2 && python -m tuner report runs/x\n```\n\n"
+              "```console\n$ tuner list\ntuner: error: not a prompt\n```\n")
+    assert command_lines("docs/x.md", sample) == [
+        (4, "tuner validate s.yaml  --num-cpus 2"), (4, "python -m tuner report runs/x"), (9, "$ tuner list"),
+        (1, "tuner run SPEC --bogus")]
