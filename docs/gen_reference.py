@@ -146,53 +146,53 @@ class _SpecPage:
             return f"by `{self._variants(name)[0][0]}`"
         return "mapping"
 
-    def _type(self, path: str, node: dict, level: int) -> tuple[str, str]:
-        """(type, allowed values) of a field's schema."""
-        types, allowed = [], []
+    def _type(self, path: str, node: dict, level: int) -> str:
+        """A field's type with its allowed values (enums, bounds, forms), one phrase per alternative:
+        ``integer ≥ 1, or null``."""
+        texts = []
         for alt in self._alternatives(node):
             name = self._target(alt)
             if name is not None:
-                types.append(self._link(path, name, level))
-                continue
-            if "const" in alt:
-                types.append(alt.get("type", "value"))
-                allowed.append(_value(alt["const"]))
-                continue
-            if "enum" in alt:
-                types.append(alt.get("type", "string"))
-                allowed.append(", ".join(_value(v) for v in alt["enum"]))
-                continue
-            kind = alt.get("type", "any")
-            if kind == "null":
-                types.append("null")
-            elif kind == "array":
-                items, _ = self._type(path + "[]", alt.get("items", {}), level) if alt.get("items") else ("any", "")
-                types.append(f"list of {items}")
-                bounds = [f"{alt['minItems']} or more items" if "minItems" in alt else "",
-                          "at most {} items".format(alt["maxItems"]) if "maxItems" in alt else "",
-                          "unique" if alt.get("uniqueItems") else ""]
-                if alt.get("minItems") is not None and alt.get("minItems") == alt.get("maxItems"):
-                    bounds = [f"exactly {alt['minItems']} items"]
-                allowed.extend(b for b in bounds if b)
-            elif kind == "object":
-                values = alt.get("additionalProperties")
-                inner = (self._type(path + ".<name>", values, level)[0]
-                         if isinstance(values, dict) and values else "any")
-                types.append(f"mapping of name to {inner}")
-                if "minProperties" in alt:
-                    allowed.append(f"{alt['minProperties']} or more entries")
+                texts.append(self._link(path, name, level))
+            elif "const" in alt:
+                texts.append(_value(alt["const"]))
+            elif "enum" in alt:
+                texts.append(" or ".join(_value(v) for v in alt["enum"]) if len(alt["enum"]) < 3 else
+                             "one of " + ", ".join(_value(v) for v in alt["enum"]))
             else:
-                types.append(" or ".join(kind) if isinstance(kind, list) else kind)
-                bounds = [f"{op} {alt[key]}" for key, op in (("minimum", "≥"), ("exclusiveMinimum", ">"),
-                                                             ("maximum", "≤"), ("exclusiveMaximum", "<"))
-                          if key in alt]
-                if bounds:
-                    allowed.append(", ".join(bounds))
-                if alt.get("patternErrorMessage"):
-                    allowed.append(_cell(alt["patternErrorMessage"]))
-                elif alt.get("pattern") == _NON_BLANK:
-                    allowed.append("not blank")
-        return " or ".join(dict.fromkeys(types)), "; ".join(a for a in dict.fromkeys(allowed) if a)
+                texts.append(self._plain(path, alt, level))
+        return ", or ".join(dict.fromkeys(texts))
+
+    def _plain(self, path: str, alt: dict, level: int) -> str:
+        """The phrase of one alternative that is no reference, constant or enum."""
+        kind = alt.get("type", "any")
+        if kind == "null":
+            return "`null`"
+        if kind == "array":
+            items = self._type(path + "[]", alt["items"], level) if alt.get("items") else "any values"
+            counts = [f"{alt['minItems']} or more" if "minItems" in alt else "",
+                      f"at most {alt['maxItems']}" if "maxItems" in alt else "",
+                      "unique" if alt.get("uniqueItems") else ""]
+            if alt.get("minItems") is not None and alt.get("minItems") == alt.get("maxItems"):
+                counts = [f"exactly {alt['minItems']}"]
+            counted = ", ".join(c for c in counts if c)
+            return f"list of {items}" + (f" ({counted})" if counted else "")
+        if kind == "object":
+            values = alt.get("additionalProperties")
+            inner = self._type(path + ".<name>", values, level) if isinstance(values, dict) and values else "any value"
+            least = f" ({alt['minProperties']} or more)" if "minProperties" in alt else ""
+            return f"mapping of name to {inner}{least}"
+        text = " or ".join(kind) if isinstance(kind, list) else kind
+        bounds = [f"{op} {alt[key]}" for key, op in (("minimum", "≥"), ("exclusiveMinimum", ">"),
+                                                     ("maximum", "≤"), ("exclusiveMaximum", "<")) if key in alt]
+        if bounds:
+            text += " " + ", ".join(bounds)
+        if alt.get("patternErrorMessage"):
+            message = _cell(alt["patternErrorMessage"]).rstrip(".")
+            text += ": " + (message[0].lower() + message[1:] if message[:2].istitle() else message)
+        elif alt.get("pattern") == _NON_BLANK:
+            text += " (not blank)"
+        return text
 
     def _default(self, model_name: str, field: str, node: dict, required: bool) -> str:
         from pydantic import BaseModel
@@ -222,13 +222,14 @@ class _SpecPage:
                 continue
             full = f"{path}.{field}" if path else field
             if name == "Spec" and field == "param_space":
-                kind, allowed = "mapping of name to a parameter ([param_space](#param-space))", ""
+                kind = "mapping of name to a parameter ([param_space](#param-space))"
             else:
-                kind, allowed = self._type(full, prop, level + 1 if name != "Spec" else level)
+                kind = self._type(full, prop, level + 1 if name != "Spec" else level)
             rows.append(f"| `{full}` | {kind} | {self._default(name, field, prop, field in required)} | "
-                        f"{allowed or '—'} | {_cell(prop.get('description', '')) or '—'} |")
+                        f"{_cell(prop.get('description', '')) or '—'} |")
         if rows:
-            self.out += ["", "| Field | Type | Default | Allowed | Description |", "|---|---|---|---|---|", *rows]
+            self.out += ["", "| Field | Type (allowed values) | Default | Description |", "|---|---|---|---|",
+                         *rows]
 
     def _intro(self, name: str) -> None:
         model = self.models.get(name)

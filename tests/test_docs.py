@@ -162,6 +162,7 @@ def test_reference_pages_show_the_code(built_site, page, shows):
     _, site = built_site
     html = (site / page / "index.html").read_text()
     assert [text for text in shows if text not in html] == []
+    assert "Sentinel.UNSET" not in html, "click's default sentinel shown as a default (mkdocs-click's table style)"
 
 
 # --------------------------------------------------------------------------- the generated pages
