@@ -39,6 +39,9 @@ import yaml
 
 from tests.fixtures.paths import ROOT
 
+#: One xdist worker runs the module, so that the site is built once (``built_site``).
+pytestmark = pytest.mark.xdist_group("docs")
+
 #: The pages checked: the README and every documentation page.
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 MARKERS = ("fragment", "invalid", "needs-gpu")
