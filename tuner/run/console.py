@@ -53,7 +53,7 @@ def prepare_console() -> None:
     """Select Ray's classic output (so the CLIReporter table shows) and quiet Ray.
 
     Sets ``RAY_AIR_NEW_OUTPUT=0``, ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1`` (the
-    loggers are passed explicitly by :func:`build_callbacks`) and
+    loggers are passed explicitly by :func:`tuner.run.loggers.build_callbacks`) and
     ``TUNE_GLOBAL_CHECKPOINT_S=2`` unless already set.
     """
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
 from tuner.errors import ExperimentError
@@ -24,6 +24,9 @@ from tuner.experiment.layout import (BUDGET_SPENT, CORRUPT_SUFFIX, EVENTS_GLOB, 
                                      SPEC_SNAPSHOT, TUNER_FILES, trial_folder_of)
 from tuner.run.prepare import Prepared, _rename_note, _where, prepare, save_run_record
 from tuner.spec import Spec
+
+if TYPE_CHECKING:
+    from tuner.run.failures import ExperimentStopper
 
 __all__ = ["tune_model", "run_prepared", "resume_prepared", "before_ray_tune", "artifact_sync_config"]
 
@@ -194,10 +197,10 @@ def _disk_full_error(prepared: Prepared, watch):
 
 @_resumable_on_full_disk
 def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = None):
-    """Run a :class:`Prepared` experiment; see :func:`tune_model`.
+    """Run a :class:`~tuner.run.prepare.Prepared` experiment; see :func:`tune_model`.
 
     Args:
-        prepared: From :func:`prepare`.
+        prepared: From :func:`~tuner.run.prepare.prepare`.
         echo: Where to print the TensorBoard hint and the best-trial line (the CLI
             passes ``click.echo``); None prints nothing.
 
@@ -205,108 +208,188 @@ def run_prepared(prepared: Prepared, *, echo: Callable[[str], None] | None = Non
         DiskFullError: If the disk holding the experiment filled up; see
             :func:`_resumable_on_full_disk`.
     """
-    before_ray_tune(prepared)
-    from ray import tune
-
-    from tuner.run.console import StopOnFullDisk, build_reporter, log_to_file
-    from tuner.run.loggers import build_callbacks
-    from tuner.search.algorithms import build_scheduler, build_searcher
+    before_ray_tune(prepared)  # before Ray Tune is imported
     from tuner.run.cluster import cluster_resources, link_ray_logs, ray_session
-    from tuner.run.failures import ExperimentLock, ExperimentStopper, PlacementGroupReleaser, StateSnapshots
-    from tuner.resources.sizing import check_fits, one_live_trial_note, trials_that_fit
-    from tuner.search.scheduler_state import KeepsState, SchedulerStateCallback
-    from tuner.search.space import ray_num_samples, to_ray_space
-    from tuner.run.trainable import build_trainable, checkpoint_config, driver_request, reuse_actors
+    from tuner.run.console import log_to_file
+    from tuner.run.failures import ExperimentLock
 
-    spec = prepared.spec
     path = prepared.experiment_path
-    fn = prepared.trainable
     started = time.monotonic()
-    if prepared.remote and path.exists():
-        import shutil
-
-        shutil.rmtree(path)  # a stale mirror: the cloud folder was checked to be empty
-    abort = ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
-                              objectives=spec.objectives)
+    _drop_stale_mirror(prepared)
+    abort = _stopper(prepared.spec, path)
     # The lock first (it creates the folder): a second process refused by it writes nothing.
     with ExperimentLock(path), log_to_file(path / LOG_FILE), \
             ray_session(prepared.num_cpus, prepared.num_gpus, prepared.python_path, prepared.address) as session_dir:
-        save_run_record(prepared)
-        if prepared.remote:
-            from tuner.experiment.storage import upload
-
-            upload(path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
+        _write_run_record(prepared)
         if session_dir is None:
             _ship_user_packages(prepared)
         cluster = cluster_resources(prepared.address)
-        if prepared.cluster is None:
-            check_fits(spec, cluster)
-        max_concurrent = spec.max_concurrent_trials
-        if spec.resources.distributed:
-            # A DDP trial's actor asks for no CPU: cap the drivers at the trials that fit,
-            # so that no Train run waits for workers while holding a trial slot.
-            fit = trials_that_fit(spec, cluster)
-            max_concurrent = min(max_concurrent or fit, fit)
+        max_concurrent = _trials_at_once(prepared, cluster)
         if echo:
-            _echo_where(echo, prepared, "Experiment")
-            note = one_live_trial_note(spec, max_concurrent or 0)
-            if note:
-                echo(f"tuner: note: {note}")
-            for line in prepared.warm_start.describe(spec) if prepared.warm_start is not None else []:
-                echo(line)  # what the searcher learns from before its first suggestion, as the plan says
-        auto = spec.resources.auto_gpu
-        basic = spec.search.algorithm in ("grid", "random")
-        searcher = build_searcher(spec, 1 if auto else max_concurrent, prepared.warm_start)
-        packing = _gpu_auto(prepared, cluster, searcher, basic) if auto else None
-        if packing is not None:
-            searcher = packing.search_alg
-        scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
-        ranked = spec.scheduler_objective
-        tuner = tune.Tuner(
-            tune.with_resources(build_trainable(fn, spec, prepared.location, trial_seed=_fixed_seed(prepared)),
-                                driver_request(spec) if packing is None else packing.request),
-            param_space=to_ray_space(spec),
-            tune_config=tune.TuneConfig(
-                # The scheduler's objective: a Ray scheduler compares trials by one metric. An optuna
-                # searcher with several objectives keeps its own (tuner.search.algorithms._OptunaSearch).
-                metric=ranked.metric if ranked else None,
-                mode=ranked.mode if ranked else None,
-                search_alg=searcher,
-                scheduler=scheduler,
-                num_samples=ray_num_samples(spec),
-                # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
-                max_concurrent_trials=None if basic or auto else max_concurrent,
-                # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
-                # resume can raise it (Ray restores its own TimeoutStopper unchanged).
-                reuse_actors=reuse_actors(fn, spec),
-                trial_dirname_creator=trial_folder_of,
-            ),
-            run_config=tune.RunConfig(
-                name=spec.name,
-                storage_path=spec.storage if prepared.remote else str(path.parent),
-                stop=abort,
-                progress_reporter=build_reporter(spec),
-                callbacks=[*build_callbacks(spec, path if prepared.remote else None), abort,
-                           StopOnFullDisk(),
-                           # Only DDP trials leave a placement group (its step hook looks at every trial).
-                           *([PlacementGroupReleaser(prepared.location)] if spec.resources.distributed else []),
-                           # The same scheduler object: it is saved with the experiment, for a resume.
-                           *([SchedulerStateCallback(scheduler)] if isinstance(scheduler, KeepsState) else []),
-                           # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).
-                           *([] if prepared.remote else [StateSnapshots(path)]),
-                           *([packing.callback] if packing is not None else [])],
-                verbose=1 if spec.reporting.cli.enabled else 0,
-                log_to_file=True,
-                sync_config=artifact_sync_config(),
-                failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
-                                                  fail_fast=spec.failure.fail_fast),
-                checkpoint_config=checkpoint_config(fn, spec),
-            ),
-        )
+            _echo_start(echo, prepared, max_concurrent)
+        searcher, scheduler, packing = _search(prepared, cluster, max_concurrent)
+        tuner = _new_tuner(prepared, searcher, scheduler, packing, max_concurrent, abort)
         grid, watch = _fit(tuner, packing)
         link_ray_logs(session_dir, path)
     aborted = abort.aborted_by.trial_id if abort.aborted_by is not None else None
     return _finish(prepared, grid, started, interrupted=watch.interrupted, aborted_by=aborted, echo=echo)
+
+
+def _drop_stale_mirror(prepared: Prepared) -> None:
+    """A cloud experiment: remove a stale local mirror (the cloud folder was checked to be empty)."""
+    if prepared.remote and prepared.experiment_path.exists():
+        import shutil
+
+        shutil.rmtree(prepared.experiment_path)
+
+
+def _stopper(spec: Spec, path: Path) -> ExperimentStopper:
+    """The run's stopper: the spec's ``stop``, the first trial's error and the time budget (``tuner_run.json``)."""
+    from tuner.run.failures import ExperimentStopper
+
+    return ExperimentStopper(spec.stop, spec.failure.abort_on_first_error, spec.time_budget_s, path / RUN_RECORD,
+                             objectives=spec.objectives)
+
+
+def _write_run_record(prepared: Prepared) -> None:
+    """Write the spec as run and ``tuner_run.json`` (:func:`~tuner.run.prepare.save_run_record`); upload a cloud's."""
+    save_run_record(prepared)
+    if prepared.remote:
+        from tuner.experiment.storage import upload
+
+        upload(prepared.experiment_path, prepared.location, (SPEC_SNAPSHOT, RUN_RECORD))
+
+
+def _trials_at_once(prepared: Prepared, cluster: Any) -> int | None:
+    """The most trials to run at once (None: as many as fit), once the spec is checked against the cluster."""
+    from tuner.resources.sizing import check_fits, trials_that_fit
+
+    spec = prepared.spec
+    if prepared.cluster is None:
+        check_fits(spec, cluster)
+    max_concurrent = spec.max_concurrent_trials
+    if spec.resources.distributed:
+        # A DDP trial's actor asks for no CPU: cap the drivers at the trials that fit,
+        # so that no Train run waits for workers while holding a trial slot.
+        fit = trials_that_fit(spec, cluster)
+        max_concurrent = min(max_concurrent or fit, fit)
+    return max_concurrent
+
+
+def _echo_start(echo: Callable[[str], None], prepared: Prepared, max_concurrent: int | None) -> None:
+    """Print where the experiment goes, a note on trials that cannot run side by side, and the warm start."""
+    from tuner.resources.sizing import one_live_trial_note
+
+    spec = prepared.spec
+    _echo_where(echo, prepared, "Experiment")
+    note = one_live_trial_note(spec, max_concurrent or 0)
+    if note:
+        echo(f"tuner: note: {note}")
+    for line in prepared.warm_start.describe(spec) if prepared.warm_start is not None else []:
+        echo(line)  # what the searcher learns from before its first suggestion, as the plan says
+
+
+def _search(prepared: Prepared, cluster: Any, max_concurrent: int | None) -> tuple[Any, Any, _GpuAuto | None]:
+    """The searcher (behind ``gpu: auto``'s limit), the scheduler (a replay's own) and ``gpu: auto``'s packing."""
+    from tuner.search.algorithms import build_scheduler, build_searcher
+
+    spec = prepared.spec
+    auto = spec.resources.auto_gpu
+    basic = spec.search.algorithm in ("grid", "random")
+    searcher = build_searcher(spec, 1 if auto else max_concurrent, prepared.warm_start)
+    packing = _gpu_auto(prepared, cluster, searcher, basic) if auto else None
+    if packing is not None:
+        searcher = packing.search_alg
+    scheduler = build_scheduler(spec) if prepared.replay is None else _replay_scheduler(prepared)
+    return searcher, scheduler, packing
+
+
+def _new_tuner(prepared: Prepared, searcher: Any, scheduler: Any, packing: _GpuAuto | None,
+               max_concurrent: int | None, abort: ExperimentStopper) -> Any:
+    """Ray Tune's ``Tuner`` of a new run: the trainable with its resources, the search space, both configs."""
+    from ray import tune
+
+    from tuner.run.trainable import build_trainable, driver_request
+    from tuner.search.space import to_ray_space
+
+    spec = prepared.spec
+    return tune.Tuner(
+        tune.with_resources(build_trainable(prepared.trainable, spec, prepared.location,
+                                            trial_seed=_fixed_seed(prepared)),
+                            driver_request(spec) if packing is None else packing.request),
+        param_space=to_ray_space(spec),
+        tune_config=_tune_config(prepared, searcher, scheduler, max_concurrent),
+        run_config=_run_config(prepared, abort, scheduler, packing),
+    )
+
+
+def _tune_config(prepared: Prepared, searcher: Any, scheduler: Any, max_concurrent: int | None) -> Any:
+    """The run's ``TuneConfig``: the scheduler's objective, searcher and scheduler, the trials and how many at once."""
+    from ray import tune
+
+    from tuner.run.trainable import reuse_actors
+    from tuner.search.space import ray_num_samples
+
+    spec = prepared.spec
+    ranked = spec.scheduler_objective
+    basic = spec.search.algorithm in ("grid", "random")
+    return tune.TuneConfig(
+        # The scheduler's objective: a Ray scheduler compares trials by one metric. An optuna
+        # searcher with several objectives keeps its own (tuner.search.algorithms._OptunaSearch).
+        metric=ranked.metric if ranked else None,
+        mode=ranked.mode if ranked else None,
+        search_alg=searcher,
+        scheduler=scheduler,
+        num_samples=ray_num_samples(spec),
+        # A BasicVariantGenerator takes the limit itself (Ray ignores this one for it).
+        max_concurrent_trials=None if basic or spec.resources.auto_gpu else max_concurrent,
+        # No time_budget_s here: the ExperimentStopper keeps the budget, so that a
+        # resume can raise it (Ray restores its own TimeoutStopper unchanged).
+        reuse_actors=reuse_actors(prepared.trainable, spec),
+        trial_dirname_creator=trial_folder_of,
+    )
+
+
+def _run_config(prepared: Prepared, abort: ExperimentStopper, scheduler: Any, packing: _GpuAuto | None) -> Any:
+    """The run's ``RunConfig``: where the experiment goes, the stopper, the table, the callbacks, syncing, failures."""
+    from ray import tune
+
+    from tuner.run.console import build_reporter
+    from tuner.run.trainable import checkpoint_config
+
+    spec, path = prepared.spec, prepared.experiment_path
+    return tune.RunConfig(
+        name=spec.name,
+        storage_path=spec.storage if prepared.remote else str(path.parent),
+        stop=abort,
+        progress_reporter=build_reporter(spec),
+        callbacks=_callbacks(prepared, abort, scheduler, packing),
+        verbose=1 if spec.reporting.cli.enabled else 0,
+        log_to_file=True,
+        sync_config=artifact_sync_config(),
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures,
+                                          fail_fast=spec.failure.fail_fast),
+        checkpoint_config=checkpoint_config(prepared.trainable, spec),
+    )
+
+
+def _callbacks(prepared: Prepared, abort: ExperimentStopper, scheduler: Any, packing: _GpuAuto | None) -> list:
+    """The run's Tune callbacks: the loggers, the stopper, the full disk's stop, and those the spec's features need."""
+    from tuner.run.console import StopOnFullDisk
+    from tuner.run.failures import PlacementGroupReleaser, StateSnapshots
+    from tuner.run.loggers import build_callbacks
+    from tuner.search.scheduler_state import KeepsState, SchedulerStateCallback
+
+    spec, path = prepared.spec, prepared.experiment_path
+    return [*build_callbacks(spec, path if prepared.remote else None), abort,
+            StopOnFullDisk(),
+            # Only DDP trials leave a placement group (its step hook looks at every trial).
+            *([PlacementGroupReleaser(prepared.location)] if spec.resources.distributed else []),
+            # The same scheduler object: it is saved with the experiment, for a resume.
+            *([SchedulerStateCallback(scheduler)] if isinstance(scheduler, KeepsState) else []),
+            # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).
+            *([] if prepared.remote else [StateSnapshots(path)]),
+            *([packing.callback] if packing is not None else [])]
 
 
 def artifact_sync_config() -> Any:
@@ -546,7 +629,7 @@ def _budget_hint(spec: Spec, prepared: Prepared) -> str:
 @_resumable_on_full_disk
 def resume_prepared(prepared: Prepared, *, resume_errored: bool = False, restart_errored: bool = False,
                     echo: Callable[[str], None] | None = None):
-    """Resume a stopped experiment with ``Tuner.restore``; see :func:`prepare_resume`.
+    """Resume a stopped experiment with ``Tuner.restore``; see :func:`~tuner.run.prepare.prepare_resume`.
 
     Finished trials stay as they are; unfinished ones continue from their latest
     checkpoints; the searcher and scheduler state come back from the experiment

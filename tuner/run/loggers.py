@@ -73,7 +73,7 @@ def build_callbacks(spec: Spec, experiment_path: str | os.PathLike | None = None
     JSON and CSV logs always; TensorBoard with the HParams dashboard when
     ``reporting.tensorboard``; W&B and MLflow when configured (their packages are
     checked before by :func:`tuner.spec.check_extras`). (The progress line is printed
-    by the table's reporter, :func:`build_reporter`.)
+    by the table's reporter, :func:`tuner.run.console.build_reporter`.)
 
     Args:
         spec: The spec that runs.

@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
 from tuner.experiment.layout import REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT
-from tuner.spec import (Spec, SpecError, SpecIssue, check_trainable, import_roots, load_spec, resolve_trainable,
-                        trainable_dirs, trainable_reference)
+from tuner.spec import (Spec, SpecError, SpecIssue, check_extras, check_trainable, import_roots, load_spec,
+                        resolve_trainable, trainable_dirs, trainable_reference)
 
 if TYPE_CHECKING:
+    from tuner.resources.sizing import ClusterResources
     from tuner.search.warm_start import WarmStart
 
 __all__ = ["Prepared", "prepare", "Replay", "check_replay", "spec_location", "check_cluster", "plan",
@@ -111,10 +112,33 @@ def prepare(
     # First: a bad spec fails before Ray is even imported.
     spec = load_spec(spec, require_trainable=trainable is None, **overrides)
     explicit_name = overrides.get("name") is not None or spec.origin("name") is not None  # --name, name=
-    planned = None
-    if replay is not None:
-        planned = check_replay(replay)
-        spec = _replay_spec(spec, planned, trainable is None, named=explicit_name)
+    spec, planned = _replayed(spec, replay, require_trainable=trainable is None, named=explicit_name)
+    address = _check_address(spec, address, num_cpus, num_gpus)
+    spec, fn = _the_trainable(spec, trainable)
+    check_extras(spec)  # reporting.wandb / reporting.mlflow need their packages, before Ray starts
+    # The earlier experiments of search.warm_start, checked against this spec (a resume's searcher has them).
+    warm = None if _resume else _warm_start(spec)
+    cluster = _check_resources(spec, address, num_cpus, num_gpus)
+    spec, renamed_from = _experiment_name(spec, refuse=explicit_name, resume=_resume)
+    prepared = Prepared(spec, fn, spec.storage_dir / spec.name, cluster, _python_path(spec, fn), address, num_cpus,
+                        num_gpus)
+    prepared.renamed_from = renamed_from
+    prepared.replay = planned
+    prepared.warm_start = warm
+    return prepared
+
+
+def _replayed(spec: Spec, replay: str | os.PathLike | None, *, require_trainable: bool,
+              named: bool) -> tuple[Spec, Replay | None]:
+    """For ``replay``: the replay's spec and its :class:`Replay` (:func:`check_replay`); else the spec and None."""
+    if replay is None:
+        return spec, None
+    planned = check_replay(replay)
+    return _replay_spec(spec, planned, require_trainable, named=named), planned
+
+
+def _check_address(spec: Spec, address: str | None, num_cpus: float | None, num_gpus: float | None) -> str | None:
+    """The Ray cluster to connect to (None: the local Ray), refused with local sizes or when it cannot be reached."""
     address, where = _resolve_address(address, spec)
     if address is not None and (num_cpus is not None or num_gpus is not None):
         flags = " and ".join(f for f, v in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)) if v is not None)
@@ -130,6 +154,11 @@ def prepare(
             raise ClusterError(f"cannot reach the Ray cluster at {address} (from {where}): {why}. Start it with "
                                f"`ray start --head`, or give the address that `ray start` printed.",
                                spec.source or "tuner")
+    return address
+
+
+def _the_trainable(spec: Spec, trainable: Callable | None) -> tuple[Spec, Callable]:
+    """The train function (the one given, recorded in the spec by import path, or the spec's), checked."""
     if trainable is not None:
         if not callable(trainable):
             raise TypeError(f"trainable must be a function of config or a ray.tune.Trainable subclass, but got "
@@ -139,14 +168,19 @@ def prepare(
         spec = load_spec(spec, trainable=ref) if ref else spec.model_copy(update={"trainable": None})
     fn = trainable if trainable is not None else resolve_trainable(spec)
     check_trainable(spec, fn)
-    from tuner.spec import check_extras
+    return spec, fn
 
-    check_extras(spec)  # reporting.wandb / reporting.mlflow need their packages, before Ray starts
+
+def _warm_start(spec: Spec) -> WarmStart | None:
+    """The earlier trials that ``search.warm_start`` feeds to the searcher (:mod:`tuner.search.warm_start`)."""
     from tuner.search.warm_start import load_warm_start
 
-    # The earlier experiments of search.warm_start, checked against this spec (a resume's searcher has them).
-    warm = None if _resume else load_warm_start(spec)
+    return load_warm_start(spec)
 
+
+def _check_resources(spec: Spec, address: str | None, num_cpus: float | None,
+                     num_gpus: float | None) -> ClusterResources | None:
+    """The resources trials will run on, the spec checked against them; None for a cluster not connected to yet."""
     import ray
 
     from tuner.run.cluster import cluster_resources
@@ -159,20 +193,24 @@ def prepare(
         cluster = local_resources(num_cpus, num_gpus)
     if cluster is not None:
         check_fits(spec, cluster)
+    return cluster
+
+
+def _experiment_name(spec: Spec, *, refuse: bool, resume: bool) -> tuple[Spec, str | None]:
+    """The spec under a free experiment name (:func:`_free_name`) and the name it replaced; a resume keeps its own."""
     renamed_from = None
-    if not _resume:
-        free = _free_name(spec, refuse=explicit_name)
+    if not resume:
+        free = _free_name(spec, refuse=refuse)
         if free != spec.name:
             renamed_from, spec = spec.name, load_spec(spec, name=free)
     elif spec.remote_storage:
         _check_remote(spec)
-    experiment_path = spec.storage_dir / spec.name
-    python_path = list(dict.fromkeys([*trainable_dirs(spec), *import_roots(fn)]))
-    prepared = Prepared(spec, fn, experiment_path, cluster, python_path, address, num_cpus, num_gpus)
-    prepared.renamed_from = renamed_from
-    prepared.replay = planned
-    prepared.warm_start = warm
-    return prepared
+    return spec, renamed_from
+
+
+def _python_path(spec: Spec, fn: Callable) -> list[str]:
+    """Folders the trial workers need on ``sys.path``: the spec's trainable folders, then the function's roots."""
+    return list(dict.fromkeys([*trainable_dirs(spec), *import_roots(fn)]))
 
 
 class Replay:
