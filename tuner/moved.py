@@ -13,21 +13,26 @@ looked up in the new modules in turn, so ``tuner.engine.prepare_resume`` is
 ``tuner.run.console.TableReporter``: the same objects, in a module object that is neither.
 
 The rule for pickled classes. Ray pickles tuner's objects by module path and name, and
-``tuner resume`` must find each again: ``tuner.pkl`` holds the Tuner's ``run_config`` (the
-progress reporter :class:`~tuner.run.console.TableReporter` with its
-:class:`~tuner.run.console.ProgressLine` and :class:`~tuner.run.console.BestRule`; the
-callbacks :class:`~tuner.run.loggers.JsonLogger`, :class:`~tuner.run.loggers.CsvLogger`,
+``tuner resume`` must find each again. An experiment's ``tuner.pkl`` holds the Tuner's
+``run_config``: the progress reporter (:class:`~tuner.run.console.TableReporter`, its
+:class:`~tuner.run.console.ProgressLine` and :class:`~tuner.run.console.BestRule`) and the
+callbacks (:class:`~tuner.run.loggers.JsonLogger`, :class:`~tuner.run.loggers.CsvLogger`,
 :class:`~tuner.run.loggers.HParamsTBXCallback`, ``tuner.run.loggers.WandbCallback`` and
-``MLflowCallback``, :class:`~tuner.run.console.StopOnFullDisk`, and those of
-:mod:`tuner.run.failures` and :mod:`tuner.search.scheduler_state`), the scheduler
-(:mod:`tuner.search.algorithms`), the spec's objectives (:mod:`tuner.spec.sections`) and
-``trial_folder_of`` (:mod:`tuner.experiment.layout`); the experiment state holds the stopper
-(:mod:`tuner.run.failures`). So a class or function that Ray pickles keeps its name, and
-when its module moves, the old path goes into :data:`MOVED` (the whole module moved) or
-:data:`SPLIT` (its names went to several modules; each name is defined in only one of them).
-``tuner.run.reporting`` (tuner 0.2's, split into :mod:`tuner.run.console` and
-:mod:`tuner.run.loggers`) is in :data:`SPLIT` for that reason only: experiments saved before
-the split name their reporter and callbacks by it.
+``MLflowCallback``, :class:`~tuner.run.console.StopOnFullDisk`, those of :mod:`tuner.run.failures`
+and :mod:`tuner.search.scheduler_state`); also the scheduler (:mod:`tuner.search.algorithms`),
+the spec's objectives (:mod:`tuner.spec.sections`) and ``trial_folder_of``
+(:mod:`tuner.experiment.layout`). The experiment state holds the stopper
+(:mod:`tuner.run.failures`), the searcher's state file the searcher. Ray writes ``tuner.pkl``
+once, when the experiment starts: a resumed experiment names the old paths for good. So:
+
+* a class or function that Ray pickles keeps its name (and its attributes' meaning);
+* when its module moves, the old path goes into :data:`MOVED` (the whole module moved) or
+  :data:`SPLIT` (its names went to several modules, each name defined in only one of them),
+  and stays there.
+
+``tuner.run.reporting`` is in :data:`SPLIT` for that reason: experiments saved before it was
+split into :mod:`tuner.run.console` (the reporter, :class:`~tuner.run.console.StopOnFullDisk`)
+and :mod:`tuner.run.loggers` (the logger callbacks) name their reporter and callbacks by it.
 
 The aliases are a :class:`importlib.abc.MetaPathFinder` that :mod:`tuner` installs when it
 is imported (every ``tuner.*`` import imports ``tuner`` first). New code imports the new
