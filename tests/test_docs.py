@@ -166,6 +166,8 @@ def test_reference_pages_show_the_code(built_site, page, shows):
     html = (site / page / "index.html").read_text()
     assert [text for text in shows if text not in html] == []
     assert "Sentinel.UNSET" not in html, "click's default sentinel shown as a default (mkdocs-click's table style)"
+    roles = re.findall(r":(?:func|class|meth|mod|data|attr|exc):<code>[^<]*", html)
+    assert roles == [], "docstring roles left as text (docs/hooks.py turns them into code)"
 
 
 # --------------------------------------------------------------------------- the generated pages
