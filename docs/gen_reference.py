@@ -88,13 +88,12 @@ class _SpecPage:
         from pydantic import BaseModel
 
         from tuner.spec import Spec, spec_schema
-        from tuner.spec.fields import _Model
 
         self.schema = spec_schema()
         self.defs: dict[str, Any] = self.schema["definitions"]
         self.models: dict[str, type[BaseModel]] = {"Spec": Spec}
-        todo: list[type] = [_Model]
-        while todo:  # every section model, by the name its schema definition has
+        todo: list[type] = [BaseModel]
+        while todo:  # every model of tuner.spec (the spec's sections), by the name its schema definition has
             cls = todo.pop()
             if cls.__module__.startswith("tuner.spec."):
                 self.models.setdefault(cls.__name__, cls)
