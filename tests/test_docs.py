@@ -135,7 +135,7 @@ def _warning_lines(log: str) -> list[str]:
 
 
 def test_site_builds_strictly(built_site):
-    """mkdocs.yml builds with ``--strict``: no warning (a broken link or anchor, a page missing from the nav,
+    """mkdocs.yml builds with ``--strict``: no warning (a broken link or anchor, a nav entry without its page,
     a docstring mkdocstrings cannot parse)."""
     proc, site = built_site
     assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(
@@ -190,7 +190,7 @@ def test_generated_page_is_current(page):
     assert text == make(), f"{page} is stale: run `python docs/gen_reference.py` and commit it"
 
 
-def test_gen_reference_check_names_a_stale_page(tmp_path):
+def test_gen_reference_check_names_a_stale_page(tmp_path, capsys):
     """``docs/gen_reference.py --check`` exits 1 naming a page that differs from the code (a copy of the
     pages' folder with one line changed), 0 when the pages are current."""
     gen = _generator()
@@ -202,7 +202,9 @@ def test_gen_reference_check_names_a_stale_page(tmp_path):
     assert gen.main(["--check"]) == 0
     (tmp_path / gen.SPEC_PAGE).write_text(pages[gen.SPEC_PAGE].replace("grace_period", "grace"))
     assert gen.stale_pages() == [gen.SPEC_PAGE]
+    capsys.readouterr()
     assert gen.main(["--check"]) == 1
+    assert capsys.readouterr().err == f"{gen.SPEC_PAGE} is stale: run `python docs/gen_reference.py` and commit it\n"
 
 
 # --------------------------------------------------------------------------- the YAML blocks
