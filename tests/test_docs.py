@@ -119,7 +119,7 @@ def _nav_pages() -> list[str]:
     return list(walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
 
 
-def _warning_lines(log: str) -> list[str]:
+def _warning_lines(log: str, docs: Path = ROOT / "docs") -> list[str]:
     """mkdocs's warnings, each with the ``file:line`` of the link it names when it names one."""
     out = []
     for line in log.splitlines():
@@ -127,7 +127,7 @@ def _warning_lines(log: str) -> list[str]:
             continue
         link = re.search(r"Doc file '([^']+)' contains a link '([^']+)'", line)
         if link:
-            page = ROOT / "docs" / link[1]
+            page = docs / link[1]
             found = [n for n, text in enumerate(page.read_text().splitlines(), 1) if f"]({link[2]}" in text]
             line = f"docs/{link[1]}:{found[0] if found else '?'}: {line}"
         out.append(line)
@@ -141,6 +141,15 @@ def test_site_builds_strictly(built_site):
     assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(
         _warning_lines(proc.stderr) or [proc.stderr[-3000:]])
     assert (site / "index.html").is_file()
+
+
+def test_build_warnings_name_the_line(tmp_path):
+    """A warning about a link names the page's line that holds it."""
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "a.md").write_text("# A\n\nSee [the image](img/x.png).\n")
+    log = ("INFO    -  Building documentation\nWARNING -  Doc file 'guides/a.md' contains a link 'img/x.png', but "
+           "the target 'guides/img/x.png' is not found among documentation files.\n")
+    assert _warning_lines(log, tmp_path) == ["docs/guides/a.md:3: " + log.splitlines()[1]]
 
 
 @pytest.mark.parametrize("page", _nav_pages())
