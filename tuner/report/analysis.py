@@ -14,7 +14,7 @@ from tuner.search import pareto
 from tuner.core.best import ERROR, is_finite_number
 from tuner.search.forecast import ITERATIONS, SECONDS
 from tuner.experiment.layout import RUN_RECORD
-from tuner.report.loading import Experiment, _numeric, plain, _read_json
+from tuner.report.loading import Experiment, is_numeric, plain, read_json
 from tuner.search.rungs import merged_rungs
 from tuner.spec import Spec
 
@@ -73,7 +73,7 @@ def budget(exp: Experiment) -> dict[str, Any]:
         else:
             full_s += secs
     wall = (exp.summary or {}).get("wall_time_s")
-    record = _read_json(exp.path / RUN_RECORD) or {}
+    record = read_json(exp.path / RUN_RECORD) or {}
     resumed = bool(record.get("resumed"))
     if wall is None or resumed:  # summary.json's wall time is the last session's only
         wall = _results_span(exp)
@@ -237,7 +237,7 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
     for name in exp.params:
         col = t.get(f"config/{name}")
         vals = [] if col is None else [v for v in map(plain, col.tolist()) if v is not None]
-        if all(_numeric(v) for v in vals) and vals:
+        if all(is_numeric(v) for v in vals) and vals:
             low, high = float(min(vals)), float(max(vals))
             if low < high:
                 dists[name] = FloatDistribution(low, high, log=name in log_params and low > 0)

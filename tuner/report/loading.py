@@ -38,7 +38,8 @@ from tuner.spec.conditions import param_distributions
 from tuner.spec.sections import Constraint, Objective
 from tuner.adapters.state import ExperimentState, parse_result_lines, read_state
 
-__all__ = ["Experiment", "ReportError", "load_experiment", "is_experiment", "is_running", "trial_folders", "plain"]
+__all__ = ["Experiment", "ReportError", "load_experiment", "is_experiment", "is_running", "trial_folders", "plain",
+           "read_json", "is_numeric"]
 
 _ENDED = ("TERMINATED", "ERROR")
 # Keys Ray adds to every result that are not metrics (the x axes are kept apart).
@@ -223,7 +224,15 @@ class Experiment:
         return nest({k[len("config/"):]: plain(v) for k, v in row.items() if k.startswith("config/")})
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file's content, or None when the file is missing or unreadable or not JSON.
+
+    Args:
+        path: The file (``summary.json``, ``tuner_run.json``, a trial's ``params.json`` ...).
+
+    Returns:
+        The parsed value (a dict, a list, ...), or None; never raises for a bad file.
+    """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -312,7 +321,15 @@ def _last_write(folder: Path) -> float:
     return max(times, default=0.0)
 
 
-def _numeric(value: Any) -> bool:
+def is_numeric(value: Any) -> bool:
+    """Whether ``value`` is an int or a float (NaN and inf included), not a bool.
+
+    Args:
+        value: A reported value or a config value.
+
+    Returns:
+        True for a number a plot or an importance can use as one.
+    """
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -407,10 +424,10 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
             spec = load_spec(path / SPEC_SNAPSHOT)
         except SpecError:
             spec = None
-    record = _read_json(path / RUN_RECORD) or {}
+    record = read_json(path / RUN_RECORD) or {}
     state = read_state(path)
     state_mtime = state.mtime if state is not None else 0.0
-    summary = _read_json(path / SUMMARY)
+    summary = read_json(path / SUMMARY)
     if summary is not None and (path / SUMMARY).stat().st_mtime < state_mtime:
         summary = None  # written by an earlier session; a later resume has not finished
     running = is_running(path)
@@ -447,20 +464,20 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         info = by_id.get(trial_id, {})
         folder = folders.get(trial_id) or (path / info["folder"] if info.get("folder") else None)
         results = _results(folder / RESULT_FILE) if folder is not None else []
-        config = _read_json(folder / PARAMS_FILE) if folder is not None else None
+        config = read_json(folder / PARAMS_FILE) if folder is not None else None
         if not isinstance(config, dict):
             config = info.get("config") or (results[-1].get("config") if results else None) or {}
         per_iter: dict[Any, dict] = {}
         for r in results:  # a resumed trial may report an iteration again: the last one counts
             flat = flatten({k: v for k, v in r.items() if k not in _NOT_METRICS})
-            row = {k: v for k, v in flat.items() if _numeric(v)}
+            row = {k: v for k, v in flat.items() if is_numeric(v)}
             per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
         if folder is not None and results:  # rows that result.json lost on a restore (_progress_rows)
             lost = {r["training_iteration"]: r for r in _progress_rows(folder / PROGRESS_FILE)
                     if r["training_iteration"] not in per_iter}
             if lost:
                 for it, r in lost.items():
-                    per_iter[it] = {k: v for k, v in r.items() if k not in _NOT_METRICS and _numeric(v)}
+                    per_iter[it] = {k: v for k, v in r.items() if k not in _NOT_METRICS and is_numeric(v)}
                 per_iter = dict(sorted(per_iter.items(), key=lambda kv: kv[0]))
         trial_hist = [{"trial_id": trial_id, **row} for row in per_iter.values()]
         history.extend(trial_hist)

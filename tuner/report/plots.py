@@ -20,9 +20,9 @@ from tuner.experiment.files import atomic_write
 from tuner.core.params import flatten
 from tuner.report.analysis import (active_label, budget, importance_facts, objective_points, pareto_facts,
                                    scheduler_rungs)
-from tuner.report.loading import Experiment, _numeric, plain
+from tuner.report.loading import Experiment, is_numeric, plain
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "render_plots", "save_pngs", "x_attr"]
 
 
 def _figure(width: float, height: float):
@@ -37,7 +37,16 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _x_attr(exp: Experiment) -> str:
+def x_attr(exp: Experiment) -> str:
+    """The x axis of the learning curves: the scheduler's ``time_attr`` where the results have it.
+
+    Args:
+        exp: From :func:`tuner.report.loading.load_experiment`.
+
+    Returns:
+        The spec's ``scheduler.time_attr`` when it is a column of :attr:`Experiment.history`,
+        else ``training_iteration``.
+    """
     attr = exp.spec.scheduler.time_attr if exp.spec else "training_iteration"
     return attr if attr in exp.history.columns else "training_iteration"
 
@@ -53,7 +62,7 @@ def _plot_curves(exp: Experiment):
     h, metric = exp.history, exp.metric
     if not metric or metric not in h:
         return None
-    x = _x_attr(exp)
+    x = x_attr(exp)
     fig = _figure(9, 5)
     ax = fig.add_subplot()
     order = list(exp.trials["trial_id"])  # best first: darkest
@@ -91,7 +100,7 @@ def _param_values(exp: Experiment, name: str) -> tuple[list, bool, list | None]:
     """Values of a parameter per trial (in trials order; None where the trial does not have it:
     a conditional parameter, inactive), whether numeric, and category labels."""
     vals = [plain(v) for v in exp.trials[f"config/{name}"]]
-    if all(v is None or _numeric(v) for v in vals):
+    if all(v is None or is_numeric(v) for v in vals):
         return vals, True, None
     labels = sorted({str(v) for v in vals if v is not None})
     return [None if v is None else labels.index(str(v)) for v in vals], False, labels
@@ -282,7 +291,7 @@ def _plot_pbt_schedule(exp: Experiment):
     for i, name in enumerate(params):
         ax = fig.add_subplot(len(params), 1, i + 1)
         values = [flatten(s["config"]).get(name) for s in shown]
-        numeric = all(_numeric(v) for v in values)
+        numeric = all(is_numeric(v) for v in values)
         labels = None if numeric else sorted({str(v) for v in values})
         ys = values if numeric else [labels.index(str(v)) for v in values]
         xs = [s["from_iteration"] for s in shown]
@@ -421,8 +430,20 @@ def _plot_hypervolume(exp: Experiment, facts: dict[str, Any] | None):
     return fig
 
 
-def _plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """Render every plot to PNG bytes; also returns the facts shown beside them."""
+def render_plots(exp: Experiment, top: int) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Render every plot that applies to PNG bytes; also return the facts shown beside them.
+
+    Args:
+        exp: From :func:`tuner.report.loading.load_experiment`.
+        top: Trials in the parallel-coordinates plot.
+
+    Returns:
+        ``({plot name: PNG bytes}, facts)``: the plots of :func:`write_plots` that have data;
+        ``facts`` holds ``importances`` and ``note`` (:func:`tuner.report.analysis.importances`),
+        ``importance_facts`` (:func:`tuner.report.analysis.importance_facts`), ``budget``
+        (:func:`tuner.report.analysis.budget`) and ``pareto``
+        (:func:`tuner.report.analysis.pareto_facts`, None with one objective).
+    """
     imp = importance_facts(exp)
     b = budget(exp)
     front = pareto_facts(exp)
@@ -459,11 +480,20 @@ def write_plots(exp: Experiment, folder: str | os.PathLike, top: int = 10) -> di
         trial count) (those that apply). The learning curves, the metric against the
         parameters, the parallel coordinates and the importances show the first objective.
     """
-    pngs, _ = _plots(exp, top)
-    return _save_pngs(pngs, Path(folder))
+    pngs, _ = render_plots(exp, top)
+    return save_pngs(pngs, Path(folder))
 
 
-def _save_pngs(pngs: dict[str, bytes], folder: Path) -> dict[str, Path]:
+def save_pngs(pngs: dict[str, bytes], folder: Path) -> dict[str, Path]:
+    """Write each PNG as ``<folder>/<name>.png`` (atomically), creating ``folder`` if missing.
+
+    Args:
+        pngs: Plot name -> PNG bytes (:func:`render_plots`).
+        folder: Where the PNGs go.
+
+    Returns:
+        Plot name -> PNG file.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, data in pngs.items():

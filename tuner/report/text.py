@@ -15,7 +15,7 @@ from tuner.report.analysis import active_label, budget, feasibility, importance_
 from tuner.report.loading import Experiment, ReportError, is_experiment, plain, load_experiment
 
 __all__ = ["render", "list_experiments", "render_list", "pbt_lines", "pareto_lines", "pareto_frame", "parameter_lines",
-           "parameters", "FORMATS"]
+           "parameters", "header_lines", "display_frame", "FORMATS"]
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -31,7 +31,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _header(exp: Experiment) -> list[str]:
+def header_lines(exp: Experiment) -> list[str]:
+    """The report's header: the experiment's status, its trials by status, the metric or objectives
+    (and constraints), and the best trial with its value.
+
+    Args:
+        exp: From :func:`load_experiment`.
+
+    Returns:
+        Two lines, three with a best trial; no newlines.
+    """
     t = exp.trials
     counts = t["status"].value_counts()
     by_status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "none yet"
@@ -190,7 +199,19 @@ def pbt_lines(exp: Experiment) -> list[str]:
     return lines
 
 
-def _display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
+def display_frame(exp: Experiment, top: int | None) -> pd.DataFrame:
+    """The trials table as shown (console and HTML): one row per trial, best first, every value formatted.
+
+    Args:
+        exp: From :func:`load_experiment`.
+        top: Only the ``top`` best trials; None or 0 for every trial.
+
+    Returns:
+        A frame of strings: a first column ``*`` for the best trial, ``trial_id``, ``status``,
+        ``iter``, the sampled parameters, the metric's last and best values (and its score under
+        another ``best.scope``), or with several objectives each one's last value, constrained
+        metrics' last values, ``feasible`` and ``pareto`` where present; ``-`` for no value.
+    """
     t = exp.trials.head(top) if top else exp.trials
     cols = ["trial_id", "status", "iterations"] + [f"config/{p}" for p in exp.params if f"config/{p}" in t]
     if exp.multi_objective:  # every objective's last value
@@ -240,7 +261,7 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
     """
     t = exp.trials.head(top) if top else exp.trials
     if fmt == "table":
-        lines = _header(exp)
+        lines = header_lines(exp)
         conditional = parameter_lines(exp)
         if conditional:
             lines += ["", *conditional]
@@ -253,7 +274,7 @@ def render(exp: Experiment, fmt: str = "table", top: int | None = None) -> str:
         if t.empty:
             lines.append("(no trials yet)")
         else:
-            lines += ["", _display_frame(exp, top).to_string(index=False)]
+            lines += ["", display_frame(exp, top).to_string(index=False)]
         return "\n".join(lines) + "\n"
     if fmt == "csv":
         return t.to_csv(index=False)
