@@ -208,29 +208,57 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
         facts["note"] = "no metric or no sampled parameter"
         return facts
     import optuna
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-    from optuna.trial import TrialState, create_trial
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    t = exp.trials
-    last = exp.last_col
-    complete = t[(t["status"] == "TERMINATED") & ~t["stopped_early"] & t[last].map(is_finite_number)]
-    values = dict(zip(complete["trial_id"], complete[last]))
-    over = f"the {len(complete)} trials that ran to the end; trials stopped early count as pruned"
-    use_pruned = True
-    if len(complete) < 2:
-        ok = t[(t["status"] != "ERROR") & (t["iterations"] > 0)]
-        level = int(ok["iterations"].min()) if not ok.empty else 0
-        h = exp.history
-        at = h[(h["training_iteration"] == level) & h["trial_id"].isin(ok["trial_id"])] if level else h.iloc[0:0]
-        values = {tid: v for tid, v in zip(at["trial_id"], at.get(exp.metric, [])) if is_finite_number(v)}
-        over = (f"the {exp.metric} of {len(values)} trials at iteration {level}, the last one every trial that "
-                "reported reached: fewer than 2 trials ran to the end")
-        use_pruned = False
+    values, over, use_pruned = _importance_values(exp)
     facts["trials"] = len(values)
     if len(values) < 2:
         facts["note"] = f"needs at least 2 trials with a finite {exp.metric}"
         return facts
+    dists = _observed_distributions(exp, values, facts["left_out"])
+    if not dists:
+        facts["note"] = "no parameter varies between the trials"
+        return facts
+    study = _rebuilt_study(exp, dists, values, use_pruned)
+    found = _fanova(study, None)
+    if found is None:
+        facts["note"] = f"the {exp.metric} is the same in every trial: no parameter explains any of its variance"
+        return facts
+    facts["importances"] = found
+    _assess_conditional(exp, study, dists, facts)
+    facts["note"] = f"fANOVA (Optuna) over {over}"
+    if facts["within_active"] or any(e["reason"].startswith("too few") for e in facts["left_out"]):
+        facts["note"] += (f"; the parameters every one of them has share the importances; each conditional "
+                          f"parameter is assessed over the trials where it is active (at least "
+                          f"{MIN_ACTIVE_TRIALS}), as its share among the parameters that vary there")
+    return facts
+
+
+def _importance_values(exp: Experiment) -> tuple[dict[str, Any], str, bool]:
+    """The metric's value per trial id for the importances, how they were taken (for the note), and whether
+    trials stopped early count as pruned: the trials that ran to the end, else with fewer than two of those
+    every trial's value at the last iteration every trial that reported reached."""
+    t = exp.trials
+    last = exp.last_col
+    complete = t[(t["status"] == "TERMINATED") & ~t["stopped_early"] & t[last].map(is_finite_number)]
+    if len(complete) >= 2:
+        return (dict(zip(complete["trial_id"], complete[last])),
+                f"the {len(complete)} trials that ran to the end; trials stopped early count as pruned", True)
+    ok = t[(t["status"] != "ERROR") & (t["iterations"] > 0)]
+    level = int(ok["iterations"].min()) if not ok.empty else 0
+    h = exp.history
+    at = h[(h["training_iteration"] == level) & h["trial_id"].isin(ok["trial_id"])] if level else h.iloc[0:0]
+    values = {tid: v for tid, v in zip(at["trial_id"], at.get(exp.metric, [])) if is_finite_number(v)}
+    return (values, f"the {exp.metric} of {len(values)} trials at iteration {level}, the last one every trial that "
+                    "reported reached: fewer than 2 trials ran to the end", False)
+
+
+def _observed_distributions(exp: Experiment, values: dict[str, Any], left_out: list[dict]) -> dict[str, Any]:
+    """Each parameter that varies: its Optuna distribution over the observed values (a float range, log for the
+    spec's log types; categorical for non-numbers); each other parameter goes to ``left_out``, with why."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    t = exp.trials
     log_params = {name for name in exp.params if exp.log_scale(name)}
     with_value = t["trial_id"].isin(list(values))
     dists: dict[str, Any] = {}
@@ -246,52 +274,79 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
         if name not in dists:
             active = int((exp.active(name) & with_value).sum())
             reason = "takes one value in the trials that have it" if vals else "active in no trial"
-            facts["left_out"].append({"name": name, "active": active, "of": len(values), "reason": reason})
-    if not dists:
-        facts["note"] = "no parameter varies between the trials"
-        return facts
+            left_out.append({"name": name, "active": active, "of": len(values), "reason": reason})
+    return dists
+
+
+def _rebuilt_study(exp: Experiment, dists: dict[str, Any], values: dict[str, Any], use_pruned: bool) -> Any:
+    """An Optuna study of the trials (:func:`importance_facts` says which trial becomes what)."""
+    import optuna
+
     study = optuna.create_study(direction="minimize" if exp.mode == "min" else "maximize")
+    for _, row in exp.trials.iterrows():
+        _add_trial(study, exp, row, dists, values, use_pruned)
+    return study
+
+
+def _add_trial(study: Any, exp: Experiment, row: pd.Series, dists: dict[str, Any], values: dict[str, Any],
+               use_pruned: bool) -> None:
+    """Add a trial's row to the study: COMPLETE with its value, PRUNED (stopped early) or FAIL; others not."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    params = {}
+    for name, dist in dists.items():
+        v = plain(row[f"config/{name}"])
+        if v is not None:  # a conditional parameter the trial does not have
+            params[name] = str(v) if isinstance(dist, CategoricalDistribution) else float(v)
+    outcome = _optuna_state(row, values, use_pruned)
+    if outcome is None:
+        return
+    state, value = outcome
+    inter = {}
     h = exp.history
-    for _, row in t.iterrows():
-        params = {}
-        for name, dist in dists.items():
-            v = plain(row[f"config/{name}"])
-            if v is not None:  # a conditional parameter the trial does not have
-                params[name] = str(v) if isinstance(dist, CategoricalDistribution) else float(v)
-        if row["trial_id"] in values:
-            state, value = TrialState.COMPLETE, float(values[row["trial_id"]])
-        elif use_pruned and row["stopped_early"]:
-            state, value = TrialState.PRUNED, None
-        elif row["status"] == "ERROR":
-            state, value = TrialState.FAIL, None
-        else:
-            continue
-        inter = {}
-        if state == TrialState.PRUNED and exp.metric in h:
-            g = h[(h["trial_id"] == row["trial_id"])]
-            inter = {int(i): float(v) for i, v in zip(g["training_iteration"], g[exp.metric]) if is_finite_number(v)}
-        try:
-            study.add_trial(create_trial(state=state, value=value, params=params,
-                                         distributions={k: dists[k] for k in params}, intermediate_values=inter))
-        except ValueError:
-            continue
+    if state == TrialState.PRUNED and exp.metric in h:
+        g = h[(h["trial_id"] == row["trial_id"])]
+        inter = {int(i): float(v) for i, v in zip(g["training_iteration"], g[exp.metric]) if is_finite_number(v)}
+    try:
+        study.add_trial(create_trial(state=state, value=value, params=params,
+                                     distributions={k: dists[k] for k in params}, intermediate_values=inter))
+    except ValueError:
+        return
 
-    def fanova(params: list[str] | None) -> dict[str, float] | None:
-        """Optuna's fANOVA; None when the metric is the same in every trial it uses (Optuna raises
-        "zero total variance")."""
-        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-        try:
-            result = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params,
-                                                             normalize=True)
-        except RuntimeError:
-            return None
-        return {k: float(v) for k, v in result.items()}
 
-    found = fanova(None)
-    if found is None:
-        facts["note"] = f"the {exp.metric} is the same in every trial: no parameter explains any of its variance"
-        return facts
-    facts["importances"] = found
+def _optuna_state(row: pd.Series, values: dict[str, Any], use_pruned: bool) -> tuple[Any, float | None] | None:
+    """A trial's Optuna state and value: COMPLETE with its value, PRUNED (stopped early), FAIL (errored), or None."""
+    from optuna.trial import TrialState
+
+    if row["trial_id"] in values:
+        return TrialState.COMPLETE, float(values[row["trial_id"]])
+    if use_pruned and row["stopped_early"]:
+        return TrialState.PRUNED, None
+    if row["status"] == "ERROR":
+        return TrialState.FAIL, None
+    return None
+
+
+def _fanova(study: Any, params: list[str] | None) -> dict[str, float] | None:
+    """Optuna's fANOVA; None when the metric is the same in every trial it uses (Optuna raises
+    "zero total variance")."""
+    import optuna
+
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    try:
+        result = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params,
+                                                         normalize=True)
+    except RuntimeError:
+        return None
+    return {k: float(v) for k, v in result.items()}
+
+
+def _assess_conditional(exp: Experiment, study: Any, dists: dict[str, Any], facts: dict[str, Any]) -> None:
+    """Each parameter without an importance: fANOVA over the trials where it is active (``within_active``),
+    or into ``left_out``, with why."""
+    from optuna.trial import TrialState
+
     done = [tr for tr in study.trials if tr.state == TrialState.COMPLETE]
     for name in dists:
         if name in facts["importances"]:
@@ -307,19 +362,13 @@ def importance_facts(exp: Experiment) -> dict[str, Any]:
             facts["left_out"].append({"name": name, "active": len(here), "of": len(done),
                                       "reason": "takes one value in the trials where it is active"})
             continue
-        share = fanova(vary)
+        share = _fanova(study, vary)
         if share is None:
             facts["left_out"].append({"name": name, "active": len(here), "of": len(done),
                                       "reason": f"the {exp.metric} is the same in the trials where it is active"})
             continue
         facts["within_active"][name] = {"importance": share[name], "trials": len(here),
                                         "among": [q for q in vary if q != name], "when": exp.condition(name)}
-    facts["note"] = f"fANOVA (Optuna) over {over}"
-    if facts["within_active"] or any(e["reason"].startswith("too few") for e in facts["left_out"]):
-        facts["note"] += (f"; the parameters every one of them has share the importances; each conditional "
-                          f"parameter is assessed over the trials where it is active (at least "
-                          f"{MIN_ACTIVE_TRIALS}), as its share among the parameters that vary there")
-    return facts
 
 
 def objective_points(exp: Experiment) -> dict[str, list[float] | None]:

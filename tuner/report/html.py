@@ -33,6 +33,7 @@ overflow-x:auto}.note{color:#666;font-size:.9em}
 
 
 def _img(pngs: dict[str, bytes], name: str, alt: str) -> str:
+    """The plot ``name`` as an inline base64 ``<img>``, or a note that it has not enough data."""
     if name not in pngs:
         return f'<p class="note">No {html.escape(alt)} plot: not enough data.</p>'
     data = base64.b64encode(pngs[name]).decode("ascii")
@@ -40,6 +41,7 @@ def _img(pngs: dict[str, bytes], name: str, alt: str) -> str:
 
 
 def _table_html(exp: Experiment, top: int | None) -> str:
+    """The trials table (:func:`tuner.report.text.display_frame`), the best trial's row highlighted."""
     frame = display_frame(exp, top)
     t = exp.trials.head(top) if top else exp.trials
     head = "".join(f'<th class="{"id" if c == "trial_id" else ""}">{html.escape(str(c))}</th>' for c in frame.columns)
@@ -52,6 +54,7 @@ def _table_html(exp: Experiment, top: int | None) -> str:
 
 
 def _frame_html(frame) -> str:
+    """A frame of strings as an HTML table (the trial id column left-aligned)."""
     head = "".join(f'<th class="{"id" if c == "trial_id" else ""}">{html.escape(str(c))}</th>' for c in frame.columns)
     rows = "".join("<tr>" + "".join(f'<td class="{"id" if c == "trial_id" else ""}">{html.escape(str(v))}</td>'
                                     for c, v in r.items()) + "</tr>" for _, r in frame.iterrows())
@@ -151,50 +154,27 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
     """
     output = Path(output) if output is not None else exp.path / "report.html"
     pngs, facts = render_plots(exp, top or 10)
-    b = facts["budget"]
+    page = "".join([
+        _head(exp),
+        _best_section(exp),
+        _pareto_section(exp, pngs, facts["pareto"]),
+        _budget_section(facts["budget"], pngs),
+        _curves_section(exp, pngs),
+        _params_section(exp, pngs),
+        _pbt_section(exp, pngs),
+        _importances_section(facts, pngs),
+        _trials_section(exp, top),
+    ])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(output, page)
+    files = save_pngs(pngs, output.with_name(output.stem + "_plots"))
+    return output, files
+
+
+def _head(exp: Experiment) -> str:
+    """The page's head, its title and the experiment's header lines (:func:`tuner.report.text.header_lines`)."""
     e = html.escape
-    best_cfg = exp.best_config
-    best_yaml = yaml.safe_dump(best_cfg, sort_keys=False) if best_cfg is not None else "(no best trial yet)"
-    pareto_section = _pareto_section(exp, pngs, facts["pareto"])
-    order_note = f"Sorted by the last reported {exp.metric}"
-    if exp.multi_objective:
-        order_note = (f"The trials on the Pareto front first, each group by the last reported {exp.metric}; "
-                      "infeasible trials and those without a result last, by id")
-    elif exp.constraints:
-        order_note = (f"Sorted by the last reported {exp.metric}; infeasible trials and those without a result "
-                      "last, by id")
-    best_title = f"Best config (on the Pareto front, the best {exp.metric})" if exp.multi_objective else "Best config"
-    header = header_lines(exp)
-
-    def pct(used, full):
-        return f" ({100 * (1 - used / full):.0f}% saved)" if full else ""
-
-    wall = ("unknown" if b["wall_time_s"] is None else
-            f"{b['wall_time_s']:.1f} s, against about {b['wall_time_s_without_early_stopping']:.1f} s"
-            f"{pct(b['wall_time_s'], b['wall_time_s_without_early_stopping'])}")
-    imp_table = _importances_html(facts["importance_facts"])
-    conditional = exp.conditional_params
-    params_note = ("<p class=\"note\">A conditional parameter's plot shows only the trials where it is active: "
-                   + "; ".join(f"{e(name)} {e(str(active_label(exp, name)))}" for name in conditional)
-                   + ".</p>") if conditional else ""
-    rungs = scheduler_rungs(exp.spec)
-    rung_note = (f"Dashed lines: the {exp.spec.scheduler.type} rungs at {', '.join(f'{r:g}' for r in rungs)} "
-                 f"{x_attr(exp)}; x: where a trial was stopped early." if rungs else
-                 "x: where a trial was stopped early (ended with fewer iterations than the longest trial).")
-    pbt_section = ""
-    if exp.pbt:
-        pbt = pbt_lines(exp)
-        pbt_section = (f"<h2>PBT schedule and lineage</h2>\n<p class=\"facts\">{e(pbt[0])}</p>\n"
-                       f"<pre>{e(chr(10).join(pbt[1:]) or '(no best trial yet)')}</pre>\n"
-                       f"{_img(pngs, 'pbt_schedule', 'PBT schedule')}\n"
-                       "<p class=\"note\">The best trial's hyperparameters by iteration: its weights were trained "
-                       "by the trial named at each step, whose checkpoint it (or its ancestor) copied "
-                       f"(best_schedule.yaml; `tuner run SPEC --replay {e(str(exp.path))}` retrains with it).</p>\n"
-                       f"{_img(pngs, 'pbt_lineage', 'PBT lineage')}\n"
-                       "<p class=\"note\">Each arrow: a trial of the bottom quantile copies the checkpoint of a trial "
-                       "of the top quantile (exploit) and trains on with a perturbed config (explore).</p>\n")
-    generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-    page = f"""<!DOCTYPE html>
+    return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
@@ -202,40 +182,117 @@ def write_html(exp: Experiment, output: str | os.PathLike | None = None,
 <style>{_CSS}</style></head>
 <body>
 <h1>Experiment {e(exp.name)}</h1>
-<p class="facts">{'<br>'.join(e(line) for line in header)}</p>
-<h2>{e(best_title)}</h2>
+<p class="facts">{'<br>'.join(e(line) for line in header_lines(exp))}</p>
+"""
+
+
+def _best_section(exp: Experiment) -> str:
+    """The best trial's config as YAML (with several objectives, the front's best on the first objective)."""
+    e = html.escape
+    best_cfg = exp.best_config
+    best_yaml = yaml.safe_dump(best_cfg, sort_keys=False) if best_cfg is not None else "(no best trial yet)"
+    best_title = f"Best config (on the Pareto front, the best {exp.metric})" if exp.multi_objective else "Best config"
+    return f"""<h2>{e(best_title)}</h2>
 <pre>{e(best_yaml)}</pre>
-{pareto_section}<h2>Budget</h2>
+"""
+
+
+def _saved(used: float, full: float) -> str:
+    """`` (40% saved)``: what early stopping saved of ``full``; empty when ``full`` is 0."""
+    return f" ({100 * (1 - used / full):.0f}% saved)" if full else ""
+
+
+def _budget_section(b: dict, pngs: dict[str, bytes]) -> str:
+    """The Budget section: trial-iterations, trial time and wall time against no early stopping, and the forecast."""
+    wall = ("unknown" if b["wall_time_s"] is None else
+            f"{b['wall_time_s']:.1f} s, against about {b['wall_time_s_without_early_stopping']:.1f} s"
+            f"{_saved(b['wall_time_s'], b['wall_time_s_without_early_stopping'])}")
+    return f"""<h2>Budget</h2>
 <p class="facts"><b>Trial-iterations:</b> {b['trial_iterations']} used, against
 {b['trial_iterations_without_early_stopping']} without early stopping\
-{pct(b['trial_iterations'], b['trial_iterations_without_early_stopping'])}
+{_saved(b['trial_iterations'], b['trial_iterations_without_early_stopping'])}
 ({b['stopped_early']} of {b['trials']} trials stopped early; the longest ran {b['full_iterations']}).<br>
 <b>Trial time:</b> {b['trial_time_s']:.1f} s used, against about {b['trial_time_s_without_early_stopping']:.1f} s\
-{pct(b['trial_time_s'], b['trial_time_s_without_early_stopping'])}.<br>
+{_saved(b['trial_time_s'], b['trial_time_s_without_early_stopping'])}.<br>
 <b>Wall time:</b> {wall}.{_forecast_html(b.get("forecast"))}</p>
 {_img(pngs, "budget", "budget")}
 <p class="note">Without early stopping, every trial that ended TERMINATED would have run as many iterations as
 the longest trial; the missing iterations are costed at the median seconds per iteration, the wall time scaled
 alike (same parallelism).</p>
-<h2>Learning curves</h2>
+"""
+
+
+def _curves_section(exp: Experiment, pngs: dict[str, bytes]) -> str:
+    """The learning curves, with a note on the scheduler's rungs and the trials stopped early."""
+    rungs = scheduler_rungs(exp.spec)
+    rung_note = (f"Dashed lines: the {exp.spec.scheduler.type} rungs at {', '.join(f'{r:g}' for r in rungs)} "
+                 f"{x_attr(exp)}; x: where a trial was stopped early." if rungs else
+                 "x: where a trial was stopped early (ended with fewer iterations than the longest trial).")
+    return f"""<h2>Learning curves</h2>
 {_img(pngs, "learning_curves", "learning curves")}
-<p class="note">{e(rung_note)}</p>
-<h2>{e(str(exp.metric))} against each parameter</h2>
+<p class="note">{html.escape(rung_note)}</p>
+"""
+
+
+def _params_section(exp: Experiment, pngs: dict[str, bytes]) -> str:
+    """The metric against each parameter, with a note on the conditional parameters' trials."""
+    e = html.escape
+    conditional = exp.conditional_params
+    params_note = ("<p class=\"note\">A conditional parameter's plot shows only the trials where it is active: "
+                   + "; ".join(f"{e(name)} {e(str(active_label(exp, name)))}" for name in conditional)
+                   + ".</p>") if conditional else ""
+    return f"""<h2>{e(str(exp.metric))} against each parameter</h2>
 {_img(pngs, "metric_vs_params", "metric against parameters")}
 {params_note}
-{pbt_section}<h2>Parallel coordinates of the top trials</h2>
+"""
+
+
+def _pbt_section(exp: Experiment, pngs: dict[str, bytes]) -> str:
+    """A PBT/PB2 run's best schedule and the population's lineage (:func:`tuner.report.text.pbt_lines`); else empty."""
+    if not exp.pbt:
+        return ""
+    e = html.escape
+    pbt = pbt_lines(exp)
+    return (f"<h2>PBT schedule and lineage</h2>\n<p class=\"facts\">{e(pbt[0])}</p>\n"
+            f"<pre>{e(chr(10).join(pbt[1:]) or '(no best trial yet)')}</pre>\n"
+            f"{_img(pngs, 'pbt_schedule', 'PBT schedule')}\n"
+            "<p class=\"note\">The best trial's hyperparameters by iteration: its weights were trained "
+            "by the trial named at each step, whose checkpoint it (or its ancestor) copied "
+            f"(best_schedule.yaml; `tuner run SPEC --replay {e(str(exp.path))}` retrains with it).</p>\n"
+            f"{_img(pngs, 'pbt_lineage', 'PBT lineage')}\n"
+            "<p class=\"note\">Each arrow: a trial of the bottom quantile copies the checkpoint of a trial "
+            "of the top quantile (exploit) and trains on with a perturbed config (explore).</p>\n")
+
+
+def _importances_section(facts: dict, pngs: dict[str, bytes]) -> str:
+    """The parallel coordinates of the top trials and the parameter importances (plot, tables, note)."""
+    return f"""<h2>Parallel coordinates of the top trials</h2>
 {_img(pngs, "parallel_coordinates", "parallel coordinates")}
 <h2>Parameter importances</h2>
 {_img(pngs, "importances", "parameter importances")}
-{imp_table}
-<p class="note">{e(facts['note'])}.</p>
-<h2>Trials</h2>
+{_importances_html(facts["importance_facts"])}
+<p class="note">{html.escape(facts['note'])}.</p>
+"""
+
+
+def _order_note(exp: Experiment) -> str:
+    """How the trials table is sorted."""
+    if exp.multi_objective:
+        return (f"The trials on the Pareto front first, each group by the last reported {exp.metric}; "
+                "infeasible trials and those without a result last, by id")
+    if exp.constraints:
+        return (f"Sorted by the last reported {exp.metric}; infeasible trials and those without a result "
+                "last, by id")
+    return f"Sorted by the last reported {exp.metric}"
+
+
+def _trials_section(exp: Experiment, top: int | None) -> str:
+    """The trials table, how it is sorted, and when and from where the page was generated; the page's end."""
+    e = html.escape
+    generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    return f"""<h2>Trials</h2>
 {_table_html(exp, top)}
-<p class="note">{e(order_note)}; the best trial is marked * and highlighted.
+<p class="note">{e(_order_note(exp))}; the best trial is marked * and highlighted.
 Generated by tuner on {e(generated)} from {e(str(exp.path))}.</p>
 </body></html>
 """
-    output.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(output, page)
-    files = save_pngs(pngs, output.with_name(output.stem + "_plots"))
-    return output, files

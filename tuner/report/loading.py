@@ -409,6 +409,73 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     Raises:
         ReportError: If ``path`` is not an experiment folder.
     """
+    path = _experiment_folder(path)
+    spec = _read_spec(path)
+    record = read_json(path / RUN_RECORD) or {}
+    state = read_state(path)
+    summary = _current_summary(path, state)
+    running = is_running(path)
+    scoring = _scoring(spec, summary)
+    folders = trial_folders(path)
+    listed = _state_trials(state)
+    ids = _trial_ids(listed, folders, state)
+    rows, history, last_results = _read_trials(path, ids, listed, folders, _csv_statuses(path, summary),
+                                               running, scoring)
+    trials = _trials_frame(rows, scoring)
+    _mark_feasible_and_front(trials, last_results, scoring)
+    _mark_stopped_early(trials)
+    trials, best_trial = _ranked(trials, scoring)
+    pbt = is_pbt_experiment(path)
+    return Experiment(path=path, name=path.name, spec=spec, metric=scoring.metric, mode=scoring.mode,
+                      status=_experiment_status(summary, running, trials), started=record.get("created"),
+                      summary=summary, trials=trials, history=_history_frame(history), best_trial=best_trial,
+                      params=_sampled_params(spec, trials), pbt=pbt,
+                      perturbations=_perturbations(path, spec) if pbt else [],
+                      schedule=best_schedule(path, best_trial) if pbt and best_trial is not None else None,
+                      created=ids, objectives=scoring.objectives, constraints=scoring.constraints,
+                      scope=scoring.scope)
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """What scores a trial, and so which columns its row has beyond its config (see :attr:`Experiment.trials`).
+
+    Attributes:
+        metric: The (first objective's) metric, or None.
+        mode: ``min`` or ``max``, or None.
+        scope: ``best.scope``.
+        objectives: The objectives (one for a single metric, empty without one).
+        constraints: The constraints.
+        extra_best: With several objectives, the objectives' metrics other than ``metric``: each gets a
+            ``best_`` column.
+        extra_last: ``extra_best`` and each constrained metric other than ``metric``: each gets a ``last_`` column.
+        modes: Objective metric -> its mode.
+    """
+
+    metric: str | None
+    mode: str | None
+    scope: str
+    objectives: list[Objective]
+    constraints: list[Constraint]
+    extra_best: list[str]
+    extra_last: list[str]
+    modes: dict[str, str]
+
+    @property
+    def several(self) -> bool:
+        """Whether there are two or more objectives (a Pareto front)."""
+        return len(self.objectives) >= 2
+
+    @property
+    def score_col(self) -> str | None:
+        """The column the trials are ranked by: ``last_<metric>``, or ``score_<metric>`` under another scope."""
+        if not self.metric:
+            return None
+        return f"last_{self.metric}" if self.scope == "last" else f"score_{self.metric}"
+
+
+def _experiment_folder(path: str | os.PathLike) -> Path:
+    """The experiment folder, resolved; raises :class:`ReportError` if it is missing or not an experiment's."""
     path = Path(path).expanduser()
     if not path.exists():
         raise ReportError(f"{path} does not exist; give an experiment folder, e.g. runs/mnist-asha "
@@ -417,20 +484,30 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         raise ReportError(f"{path} is not a tuner experiment folder (no {RUN_RECORD}, {SPEC_SNAPSHOT} or "
                           f"{EXPERIMENT_STATE_GLOB}); give the folder `tuner run` created, e.g. runs/mnist-asha "
                           "(`tuner list STORAGE` shows the experiments in a storage folder).")
-    path = path.resolve()
-    spec = None
-    if (path / SPEC_SNAPSHOT).is_file():
-        try:
-            spec = load_spec(path / SPEC_SNAPSHOT)
-        except SpecError:
-            spec = None
-    record = read_json(path / RUN_RECORD) or {}
-    state = read_state(path)
+    return path.resolve()
+
+
+def _read_spec(path: Path) -> Spec | None:
+    """The spec as run (``spec.yaml``), or None when missing or unreadable."""
+    if not (path / SPEC_SNAPSHOT).is_file():
+        return None
+    try:
+        return load_spec(path / SPEC_SNAPSHOT)
+    except SpecError:
+        return None
+
+
+def _current_summary(path: Path, state: ExperimentState | None) -> dict | None:
+    """``summary.json``, or None when missing or older than the experiment state (an earlier session's)."""
     state_mtime = state.mtime if state is not None else 0.0
     summary = read_json(path / SUMMARY)
     if summary is not None and (path / SUMMARY).stat().st_mtime < state_mtime:
         summary = None  # written by an earlier session; a later resume has not finished
-    running = is_running(path)
+    return summary
+
+
+def _scoring(spec: Spec | None, summary: dict | None) -> _Scoring:
+    """The metric, mode, scope, objectives and constraints: the spec's, else ``summary.json``'s."""
     metric = spec.metric if spec else (summary or {}).get("metric")
     mode = spec.mode if spec else (summary or {}).get("mode")
     scope = spec.best.scope if spec else (summary or {}).get("scope") or "last"
@@ -439,113 +516,151 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     # The columns beyond the metric's: every objective's, and each constrained metric's last value.
     extra_best = [o.metric for o in objectives if o.metric != metric] if several else []
     extra_last = list(dict.fromkeys(extra_best + [c.metric for c in constraints if c.metric != metric]))
-    modes = {o.metric: o.mode for o in objectives}
+    return _Scoring(metric=metric, mode=mode, scope=scope, objectives=objectives, constraints=constraints,
+                    extra_best=extra_best, extra_last=extra_last, modes={o.metric: o.mode for o in objectives})
 
-    folders = trial_folders(path)
-    listed = _state_trials(state)
+
+def _trial_ids(listed: list[dict], folders: dict[str, Path], state: ExperimentState | None) -> list[str]:
+    """The trial ids in creation order: the experiment state's, then the newer trial folders it does not list."""
+    state_mtime = state.mtime if state is not None else 0.0
     known = {t["trial_id"] for t in listed}
     # A folder the state does not list is a trial newer than the state, unless its files are
     # older: then it is a trial the experiment dropped (`tuner resume --restart-errored`
     # starts an errored trial over as a new trial, in a new folder).
-    ids = [t["trial_id"] for t in listed] + sorted((t for t, folder in folders.items() if t not in known and not (
+    return [t["trial_id"] for t in listed] + sorted((t for t, folder in folders.items() if t not in known and not (
         state is not None and _last_write(folder) < state_mtime)), key=_creation_key)
-    by_id = {t["trial_id"]: t for t in listed}
-    csv_status: dict[str, str] = {}
-    if summary is not None and (path / RESULTS_CSV).is_file():
-        try:
-            csv = pd.read_csv(path / RESULTS_CSV, dtype={"trial_id": str})
-            csv_status = dict(zip(csv["trial_id"], csv["status"]))
-        except (ValueError, KeyError, pd.errors.ParserError):
-            pass
 
+
+def _csv_statuses(path: Path, summary: dict | None) -> dict[str, str]:
+    """Trial id -> status from ``results.csv``, when ``summary.json`` is current; else empty."""
+    if summary is None or not (path / RESULTS_CSV).is_file():
+        return {}
+    try:
+        csv = pd.read_csv(path / RESULTS_CSV, dtype={"trial_id": str})
+        return dict(zip(csv["trial_id"], csv["status"]))
+    except (ValueError, KeyError, pd.errors.ParserError):
+        return {}
+
+
+def _read_trials(path: Path, ids: list[str], listed: list[dict], folders: dict[str, Path],
+                 csv_status: dict[str, str], running: bool,
+                 scoring: _Scoring) -> tuple[list[dict], list[dict], dict[str, dict]]:
+    """Each trial's row, every trial's results and each trial's last result (flat, for :mod:`tuner.search.pareto`)."""
+    by_id = {t["trial_id"]: t for t in listed}
     rows, history = [], []
-    last_results: dict[str, dict] = {}  # trial id -> its last result (flat), for tuner.search.pareto
+    last_results: dict[str, dict] = {}
     for trial_id in ids:
         info = by_id.get(trial_id, {})
         folder = folders.get(trial_id) or (path / info["folder"] if info.get("folder") else None)
         results = _results(folder / RESULT_FILE) if folder is not None else []
-        config = read_json(folder / PARAMS_FILE) if folder is not None else None
-        if not isinstance(config, dict):
-            config = info.get("config") or (results[-1].get("config") if results else None) or {}
-        per_iter: dict[Any, dict] = {}
-        for r in results:  # a resumed trial may report an iteration again: the last one counts
-            flat = flatten({k: v for k, v in r.items() if k not in _NOT_METRICS})
-            row = {k: v for k, v in flat.items() if is_numeric(v)}
-            per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
-        if folder is not None and results:  # rows that result.json lost on a restore (_progress_rows)
-            lost = {r["training_iteration"]: r for r in _progress_rows(folder / PROGRESS_FILE)
-                    if r["training_iteration"] not in per_iter}
-            if lost:
-                for it, r in lost.items():
-                    per_iter[it] = {k: v for k, v in r.items() if k not in _NOT_METRICS and is_numeric(v)}
-                per_iter = dict(sorted(per_iter.items(), key=lambda kv: kv[0]))
-        trial_hist = [{"trial_id": trial_id, **row} for row in per_iter.values()]
+        trial_hist = [{"trial_id": trial_id, **row} for row in _per_iteration(folder, results).values()]
         history.extend(trial_hist)
-        status = info.get("status") or csv_status.get(trial_id)
-        if status is None:
-            if folder is not None and (folder / ERROR_FILE).is_file():
-                status = "ERROR"
-            elif results and results[-1].get("done"):
-                status = "TERMINATED"
-            else:
-                status = "RUNNING" if results else "PENDING"
-        if status in ("RUNNING", "PAUSED") and not running:
-            status = "UNFINISHED"
-        last = trial_hist[-1] if trial_hist else {}
-        last_results[trial_id] = last
-        row = {"trial_id": trial_id, "status": status,
-               "iterations": int(last.get("training_iteration", len(trial_hist)) or 0),
-               "time_total_s": last.get("time_total_s")}
-        row.update({f"config/{k}": v for k, v in flatten(config).items()})
-        if metric:
-            row[f"last_{metric}"] = last.get(metric, math.nan)
-            row[f"best_{metric}"] = best_reported([h.get(metric) for h in trial_hist], mode)
-            if scope != "last":
-                row[f"score_{metric}"] = scope_value([h[metric] for h in trial_hist if metric in h], scope, mode)
-        for m in extra_last:
-            row[f"last_{m}"] = last.get(m, math.nan)
-            if m in extra_best:
-                row[f"best_{m}"] = best_reported([h.get(m) for h in trial_hist], modes[m])
-        rows.append(row)
+        status = _trial_status(info.get("status") or csv_status.get(trial_id), folder, results, running)
+        last_results[trial_id] = trial_hist[-1] if trial_hist else {}
+        rows.append(_trial_row(trial_id, status, _trial_config(folder, info, results), trial_hist, scoring))
+    return rows, history, last_results
 
+
+def _trial_config(folder: Path | None, info: dict, results: list[dict]) -> dict:
+    """A trial's config: its ``params.json``, else the experiment state's, else its last result's."""
+    config = read_json(folder / PARAMS_FILE) if folder is not None else None
+    if not isinstance(config, dict):
+        config = info.get("config") or (results[-1].get("config") if results else None) or {}
+    return config
+
+
+def _per_iteration(folder: Path | None, results: list[dict]) -> dict[Any, dict]:
+    """Iteration -> a trial's numeric metrics (flat) there; the rows ``result.json`` lost are ``progress.csv``'s."""
+    per_iter: dict[Any, dict] = {}
+    for r in results:  # a resumed trial may report an iteration again: the last one counts
+        flat = flatten({k: v for k, v in r.items() if k not in _NOT_METRICS})
+        row = {k: v for k, v in flat.items() if is_numeric(v)}
+        per_iter[row.get("training_iteration", len(per_iter) + 1)] = row
+    if folder is not None and results:  # rows that result.json lost on a restore (_progress_rows)
+        lost = {r["training_iteration"]: r for r in _progress_rows(folder / PROGRESS_FILE)
+                if r["training_iteration"] not in per_iter}
+        if lost:
+            for it, r in lost.items():
+                per_iter[it] = {k: v for k, v in r.items() if k not in _NOT_METRICS and is_numeric(v)}
+            per_iter = dict(sorted(per_iter.items(), key=lambda kv: kv[0]))
+    return per_iter
+
+
+def _trial_status(status: str | None, folder: Path | None, results: list[dict], running: bool) -> str:
+    """A trial's status: the recorded one, else what its files show; RUNNING or PAUSED with no driver: UNFINISHED."""
+    if status is None:
+        if folder is not None and (folder / ERROR_FILE).is_file():
+            status = "ERROR"
+        elif results and results[-1].get("done"):
+            status = "TERMINATED"
+        else:
+            status = "RUNNING" if results else "PENDING"
+    if status in ("RUNNING", "PAUSED") and not running:
+        status = "UNFINISHED"
+    return status
+
+
+def _trial_row(trial_id: str, status: str, config: dict, trial_hist: list[dict], scoring: _Scoring) -> dict:
+    """A trial's row of :attr:`Experiment.trials` (without ``best``, ``stopped_early``, ``feasible``, ``pareto``)."""
+    metric, mode = scoring.metric, scoring.mode
+    last = trial_hist[-1] if trial_hist else {}
+    row = {"trial_id": trial_id, "status": status,
+           "iterations": int(last.get("training_iteration", len(trial_hist)) or 0),
+           "time_total_s": last.get("time_total_s")}
+    row.update({f"config/{k}": v for k, v in flatten(config).items()})
+    if metric:
+        row[f"last_{metric}"] = last.get(metric, math.nan)
+        row[f"best_{metric}"] = best_reported([h.get(metric) for h in trial_hist], mode)
+        if scoring.scope != "last":
+            row[f"score_{metric}"] = scope_value([h[metric] for h in trial_hist if metric in h], scoring.scope, mode)
+    for m in scoring.extra_last:
+        row[f"last_{m}"] = last.get(m, math.nan)
+        if m in scoring.extra_best:
+            row[f"best_{m}"] = best_reported([h.get(m) for h in trial_hist], scoring.modes[m])
+    return row
+
+
+def _trials_frame(rows: list[dict], scoring: _Scoring) -> pd.DataFrame:
+    """The rows as a frame: an inactive conditional parameter None, every metric column there even without a value."""
     trials = pd.DataFrame(rows, columns=None if rows else ["trial_id", "status", "iterations", "time_total_s"])
     for col in [c for c in trials.columns if c.startswith("config/")]:
         # A conditional parameter is absent from the config of a trial where it is inactive: its
         # column holds None there (not NaN, not a default), and integers stay integers.
         if any(col not in r for r in rows):
             trials[col] = pd.Series([r.get(col) for r in rows], index=trials.index, dtype=object)
+    metric = scoring.metric
     if metric:
-        for col in (f"last_{metric}", f"best_{metric}", *([f"score_{metric}"] if scope != "last" else []),
-                    *(f"last_{m}" for m in extra_last),
-                    *(f"best_{m}" for m in extra_best)):
+        for col in (f"last_{metric}", f"best_{metric}", *([f"score_{metric}"] if scoring.scope != "last" else []),
+                    *(f"last_{m}" for m in scoring.extra_last),
+                    *(f"best_{m}" for m in scoring.extra_best)):
             if col not in trials:
                 trials[col] = pd.Series(dtype=float)
+    return trials
+
+
+def _mark_feasible_and_front(trials: pd.DataFrame, last_results: dict[str, dict], scoring: _Scoring) -> None:
+    """Add ``feasible`` (with constraints) and ``pareto`` (with several objectives), from each trial's last result."""
     status_of = dict(zip(trials["trial_id"], trials["status"])) if not trials.empty else {}
-    if constraints:
-        trials["feasible"] = [pareto.feasible(last_results.get(t), constraints) for t in trials["trial_id"]]
-    if several:
-        on_front = set(pareto.pareto_front(list(trials["trial_id"]), objectives, result=last_results.get,
-                                           status=status_of.get, constraints=constraints))
+    if scoring.constraints:
+        trials["feasible"] = [pareto.feasible(last_results.get(t), scoring.constraints) for t in trials["trial_id"]]
+    if scoring.several:
+        on_front = set(pareto.pareto_front(list(trials["trial_id"]), scoring.objectives, result=last_results.get,
+                                           status=status_of.get, constraints=scoring.constraints))
         trials["pareto"] = trials["trial_id"].isin(on_front)
+
+
+def _mark_stopped_early(trials: pd.DataFrame) -> None:
+    """Add ``stopped_early``: TERMINATED with fewer iterations than the longest TERMINATED trial."""
     ended = trials.loc[trials["status"] == "TERMINATED", "iterations"] if not trials.empty else pd.Series([])
     full = int(ended.max()) if not ended.empty else 0
     trials["stopped_early"] = (trials["status"] == "TERMINATED") & (trials["iterations"] < full)
+
+
+def _ranked(trials: pd.DataFrame, scoring: _Scoring) -> tuple[pd.DataFrame, str | None]:
+    """The trials best first (by id without a metric), with ``best`` and the columns in order; and the best's id."""
     best_trial = None
-    if metric and not trials.empty:
-        col = f"last_{metric}" if scope == "last" else f"score_{metric}"
-        # tuner.core.best's rule, as summary.json and results.csv: errored trials and trials
-        # without a finite value go last, and are never the best.
-        # As results.csv: with constraints, infeasible trials among those without a result; with
-        # several objectives, the front first (only its trials can be the best).
-        feasible = (lambda i: bool(trials.at[i, "feasible"])) if constraints else None
-        pareto_row = (lambda i: bool(trials.at[i, "pareto"])) if several else None
-        trials = trials.loc[ranked(list(trials.index), mode, value=lambda i: trials.at[i, col],
-                                   status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"],
-                                   feasible=feasible, on_front=pareto_row)]
-        first = trials.index[0]
-        if is_candidate(trials.at[first, col], trials.at[first, "status"], feasible is None or feasible(first),
-                        pareto_row is None or pareto_row(first)):
-            best_trial = trials.at[first, "trial_id"]
+    if scoring.metric and not trials.empty:
+        trials, best_trial = _ranked_by_score(trials, scoring)
     else:
         trials = trials.sort_values("trial_id", kind="stable") if not trials.empty else trials
     trials = trials.reset_index(drop=True)
@@ -553,33 +668,58 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     front = ["best", "trial_id", "status", "iterations", "stopped_early", "time_total_s"]
     config_cols = [c for c in trials.columns if c.startswith("config/")]
     rest = [c for c in trials.columns if c not in front and c not in config_cols]
-    trials = trials[front + config_cols + rest]
+    return trials[front + config_cols + rest], best_trial
 
+
+def _ranked_by_score(trials: pd.DataFrame, scoring: _Scoring) -> tuple[pd.DataFrame, str | None]:
+    """The trials by :mod:`tuner.core.best`'s rule on the score, and the best trial's id (None when none qualifies)."""
+    col = scoring.score_col
+    # tuner.core.best's rule, as summary.json and results.csv: errored trials and trials
+    # without a finite value go last, and are never the best.
+    # As results.csv: with constraints, infeasible trials among those without a result; with
+    # several objectives, the front first (only its trials can be the best).
+    feasible = (lambda i: bool(trials.at[i, "feasible"])) if scoring.constraints else None
+    pareto_row = (lambda i: bool(trials.at[i, "pareto"])) if scoring.several else None
+    trials = trials.loc[ranked(list(trials.index), scoring.mode, value=lambda i: trials.at[i, col],
+                               status=lambda i: trials.at[i, "status"], trial_id=lambda i: trials.at[i, "trial_id"],
+                               feasible=feasible, on_front=pareto_row)]
+    first = trials.index[0]
+    if is_candidate(trials.at[first, col], trials.at[first, "status"], feasible is None or feasible(first),
+                    pareto_row is None or pareto_row(first)):
+        return trials, trials.at[first, "trial_id"]
+    return trials, None
+
+
+def _sampled_params(spec: Spec | None, trials: pd.DataFrame) -> list[str]:
+    """The sampled parameters: the spec's; without one, the config keys that differ between trials."""
     if spec is not None:
-        params = [name for name, _ in param_distributions(spec.param_space)]
-    else:  # no spec: the config keys that differ between trials
-        # (absent counts as a value: a conditional parameter may take one value where it is active)
-        params = [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(plain(v))).nunique() > 1]
-    if summary is not None and not running:
-        if summary.get("aborted"):
-            status = "aborted"
-        elif summary.get("interrupted"):
-            status = "interrupted"
-        elif (summary.get("trials", {}).get("by_status", {}).get("ERROR", 0)
-              or (trials["status"] == "ERROR").any()):
-            status = "finished with errors"
-        else:
-            status = "finished"
-    else:
-        status = "running" if running else "stopped"
+        return [name for name, _ in param_distributions(spec.param_space)]
+    # (absent counts as a value: a conditional parameter may take one value where it is active)
+    config_cols = [c for c in trials.columns if c.startswith("config/")]
+    return [c[len("config/"):] for c in config_cols if trials[c].map(lambda v: repr(plain(v))).nunique() > 1]
+
+
+def _experiment_status(summary: dict | None, running: bool, trials: pd.DataFrame) -> str:
+    """``running``, ``stopped``, or from a current ``summary.json`` how the run ended (:attr:`Experiment.status`)."""
+    if summary is None or running:
+        return "running" if running else "stopped"
+    if summary.get("aborted"):
+        return "aborted"
+    if summary.get("interrupted"):
+        return "interrupted"
+    if summary.get("trials", {}).get("by_status", {}).get("ERROR", 0) or (trials["status"] == "ERROR").any():
+        return "finished with errors"
+    return "finished"
+
+
+def _history_frame(history: list[dict]) -> pd.DataFrame:
+    """Every trial's results as a frame (with ``trial_id`` and ``training_iteration`` columns even when empty)."""
     hist = pd.DataFrame(history)
     if hist.empty:
         hist = pd.DataFrame(columns=["trial_id", "training_iteration"])
-    pbt = is_pbt_experiment(path)
-    perturbations = read_perturbations(path, spec.scheduler.time_attr if spec else "training_iteration") \
-        if pbt else []
-    schedule = best_schedule(path, best_trial) if pbt and best_trial is not None else None
-    return Experiment(path=path, name=path.name, spec=spec, metric=metric, mode=mode, status=status,
-                      started=record.get("created"), summary=summary, trials=trials, history=hist,
-                      best_trial=best_trial, params=params, pbt=pbt, perturbations=perturbations, schedule=schedule,
-                      created=ids, objectives=objectives, constraints=constraints, scope=scope)
+    return hist
+
+
+def _perturbations(path: Path, spec: Spec | None) -> list[dict]:
+    """A PBT/PB2 run's perturbations (:func:`tuner.search.schedule.read_perturbations`) in the spec's ``time_attr``."""
+    return read_perturbations(path, spec.scheduler.time_attr if spec else "training_iteration")
