@@ -134,6 +134,7 @@ class TuneResult:
 
 
 def _user_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A result's user metrics (flat, plain values) and its ``training_iteration``."""
     # Ray's keys are not metrics; results.csv keeps training_iteration of them.
     flat = flatten({k: v for k, v in metrics.items() if k not in RAY_RESULT_KEYS})
     flat["training_iteration"] = metrics.get("training_iteration")
@@ -146,6 +147,7 @@ def _results(grid: ResultGrid) -> list:
 
 
 def _statuses(grid: ResultGrid) -> list[str]:
+    """The trials' statuses, in the grid's order: Ray's Trial objects', else ERROR or TERMINATED."""
     from tuner.adapters.ray_internals import result_grid_trials
 
     trials = result_grid_trials(grid)  # a Result has no status; Ray's Trial objects do
@@ -231,6 +233,7 @@ def _conditional_columns(frame: pd.DataFrame, spec: Spec, rows: list[dict[str, A
 
 
 def _last_line(error: BaseException) -> str:
+    """An exception's last line (its type's name when it has no message)."""
     text = str(error).strip().splitlines()
     return text[-1] if text else type(error).__name__
 
@@ -256,18 +259,52 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         ``spec.metric`` under ``best.scope``, :mod:`tuner.core.best`) among the trials that did not
         error, skipping NaN and inf.
     """
-    from tuner.experiment.storage import display, join
-
     path = Path(experiment_path)
     statuses = _statuses(grid)
     ids = _trial_ids(grid)
-
-    def where(trial_path: str) -> str:  # a trial folder as the user can reach it
-        return join(display(location), Path(trial_path).name) if location else str(trial_path)
-
-    rows, errors = [], []
-    aborted = aborted_error = None
     packing = load_packing(path) if spec.resources.auto_gpu else None
+    rows = _trial_rows(spec, grid, ids, statuses, packing, trial_seed)
+    errors, aborted, aborted_error = _errors(grid, ids, path, location, aborted_by)
+    front = _front(spec, grid, statuses, ids)
+    # Each trial's score under best.scope (tuner.core.best), in the grid's order: for the ranking and the best.
+    scores = [_score(spec, result) for result in _results(grid)] if spec.metric else []
+    rows = _ranked_rows(spec, grid, rows, front, scores)
+    frame = pd.DataFrame(rows)
+    if spec.conditional:
+        frame = _conditional_columns(frame, spec, rows)
+    kept = {i: _best_checkpoint(spec, r, path, location) for r, i in zip(_results(grid), ids)}
+    best = _best_trial(spec, grid, statuses, scores, front, ids, location, kept)
+    summary = _summary(spec, statuses, best, kept, errors, interrupted, aborted, wall_time_s, location, packing)
+    if spec.multi_objective:
+        summary.update(_front_summary(spec, grid, statuses, ids, front, location))
+    schedule = _add_pbt(summary, spec, path, best.trial_id)
+    _write_files(path, spec, summary, best.config, schedule, frame)
+    return TuneResult(best.config, best.metrics, best.checkpoint, best.trial_id, str(path), frame, summary,
+                      aborted_error, best_schedule=schedule)
+
+
+@dataclass
+class _BestTrial:
+    """The best trial as ``summary.json`` and :class:`TuneResult` give it (every field None without one)."""
+
+    config: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    checkpoint: str | None = None
+    trial_id: str | None = None
+    score: Any = None
+
+
+def _reachable(trial_path: str, location: str | None) -> str:
+    """A trial folder as the user can reach it: its URI in the cloud ``location``, else its path."""
+    from tuner.experiment.storage import display, join
+
+    return join(display(location), Path(trial_path).name) if location else str(trial_path)
+
+
+def _trial_rows(spec: Spec, grid: ResultGrid, ids: list[str], statuses: list[str], packing: Any,
+                trial_seed: int | None) -> list[dict[str, Any]]:
+    """One ``results.csv`` row per trial, in the grid's order: id, status, seed, config, last metrics, GPU share."""
+    rows = []
     for result, status, trial_id in zip(_results(grid), statuses, ids):
         metrics = result.metrics or {}
         row: dict[str, Any] = {"trial_id": trial_id, "status": status}
@@ -279,46 +316,66 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         if packing is not None:  # gpu: auto: the share Ray gave the trial, and why
             row.update(trial_columns(packing, trial_id) or {"gpu_share": None, "gpu_share_reason": None})
         rows.append(row)
+    return rows
+
+
+def _errors(grid: ResultGrid, ids: list[str], path: Path, location: str | None,
+            aborted_by: str | None) -> tuple[list[dict[str, str]], dict[str, str] | None, BaseException | None]:
+    """``summary.json``'s ``errors`` (one per errored trial) and ``aborted``, and the aborting trial's exception."""
+    errors = []
+    aborted = aborted_error = None
+    for result, trial_id in zip(_results(grid), ids):
         local = path / Path(result.path).name  # the trial folder (for a cloud experiment, its mirror)
         if result.error is not None:
             marker = local / TIMEOUT_MARKER  # written by a trial ended by trial_timeout_s
             text = marker.read_text().strip() if marker.is_file() else _last_line(result.error)
-            errors.append({"trial_id": trial_id, "error": text, "path": where(result.path)})
+            errors.append({"trial_id": trial_id, "error": text, "path": _reachable(result.path, location)})
         if aborted_by is not None and trial_id == aborted_by:
             aborted = {"trial_id": aborted_by, "traceback": user_traceback(local / ERROR_FILE, result.error),
-                       "path": where(result.path)}
+                       "path": _reachable(result.path, location)}
             aborted_error = result.error
-    front = _front(spec, grid, statuses, ids)
+    return errors, aborted, aborted_error
+
+
+def _ranked_rows(spec: Spec, grid: ResultGrid, rows: list[dict[str, Any]], front: list[str],
+                 scores: list[Any]) -> list[dict[str, Any]]:
+    """The rows with ``feasible``, ``pareto`` and the score column where they apply, best first."""
     if spec.constraints:
         for row, result in zip(rows, _results(grid)):
             row["feasible"] = is_feasible(result.metrics, spec.constraints)
     if spec.multi_objective:
         for row in rows:
             row["pareto"] = row["trial_id"] in front
-    # Each trial's score under best.scope (tuner.core.best), in the grid's order: for the ranking and the best.
-    scores = [_score(spec, result) for result in _results(grid)] if spec.metric else []
+    if not spec.metric:
+        return rows
     scored = spec.metric if spec.best.scope == "last" else score_column(spec)
-    if spec.metric and spec.best.scope != "last":  # the score the trials are ranked by
+    if spec.best.scope != "last":  # the score the trials are ranked by
         for row, score in zip(rows, scores):
             row[scored] = nan_to_none(score)
-    if spec.metric:  # best first (the front first); errored, infeasible and trials without a finite value last
-        rows = ranked(rows, spec.mode, value=lambda r: r.get(scored), status=lambda r: r["status"],
-                      trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)),
-                      on_front=lambda r: bool(r.get("pareto", True)))
-    frame = pd.DataFrame(rows)
-    if spec.conditional:
-        frame = _conditional_columns(frame, spec, rows)
+    # best first (the front first); errored, infeasible and trials without a finite value last
+    return ranked(rows, spec.mode, value=lambda r: r.get(scored), status=lambda r: r["status"],
+                  trial_id=lambda r: r["trial_id"], feasible=lambda r: bool(r.get("feasible", True)),
+                  on_front=lambda r: bool(r.get("pareto", True)))
 
-    best_config = best_metrics = best_ckpt = best_id = best_score = None
+
+def _best_trial(spec: Spec, grid: ResultGrid, statuses: list[str], scores: list[Any], front: list[str],
+                ids: list[str], location: str | None, kept: dict[str, dict[str, Any] | None]) -> _BestTrial:
+    """The best trial (:func:`_best`): its config, last metrics, best checkpoint (else latest), id and score."""
     best = _best(spec, grid, statuses, scores, set(front) if spec.multi_objective else None, ids)
-    if best is not None:
-        best_config = plain(best.config)
-        best_metrics = _user_metrics(best.metrics)
-        best_id, best_score = next((i, v) for r, i, v in zip(_results(grid), ids, scores) if r is best)
-        best_ckpt = _checkpoint(best, location)
-    kept = {i: _best_checkpoint(spec, r, path, location) for r, i in zip(_results(grid), ids)}
-    if best_id is not None and kept.get(best_id):
-        best_ckpt = kept[best_id]["checkpoint"]
+    if best is None:
+        return _BestTrial()
+    trial_id, score = next((i, v) for r, i, v in zip(_results(grid), ids, scores) if r is best)
+    entry = kept.get(trial_id)
+    checkpoint = entry["checkpoint"] if entry else _checkpoint(best, location)
+    return _BestTrial(config=plain(best.config), metrics=_user_metrics(best.metrics), checkpoint=checkpoint,
+                      trial_id=trial_id, score=score)
+
+
+def _summary(spec: Spec, statuses: list[str], best: _BestTrial, kept: dict[str, dict[str, Any] | None],
+             errors: list[dict[str, str]], interrupted: bool, aborted: dict[str, str] | None, wall_time_s: float,
+             location: str | None, packing: Any) -> dict[str, Any]:
+    """``summary.json`` but its Pareto front and PBT parts (:func:`_front_summary`, :func:`_add_pbt`)."""
+    from tuner.experiment.storage import display
 
     by_status: dict[str, int] = {}
     for s in statuses:
@@ -327,13 +384,13 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         "name": spec.name,
         "metric": spec.metric,
         "mode": spec.mode,
-        "best": None if best_id is None else {
-            "trial_id": best_id,
-            "config": best_config,
-            "metrics": {k: nan_to_none(v) for k, v in (best_metrics or {}).items()},
-            "checkpoint": best_ckpt,
-            "checkpoint_metrics": (kept.get(best_id) or {}).get("metrics"),
-            "score": nan_to_none(plain(best_score)),
+        "best": None if best.trial_id is None else {
+            "trial_id": best.trial_id,
+            "config": best.config,
+            "metrics": {k: nan_to_none(v) for k, v in (best.metrics or {}).items()},
+            "checkpoint": best.checkpoint,
+            "checkpoint_metrics": (kept.get(best.trial_id) or {}).get("metrics"),
+            "score": nan_to_none(plain(best.score)),
         },
         "scope": spec.best.scope,
         "checkpoint_score": None if spec.checkpoint_score is None else dict(zip(("metric", "mode"),
@@ -353,15 +410,21 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
         summary["objectives"] = [o.model_dump() for o in spec.objectives]
     if spec.constraints:
         summary["constraints"] = [c.model_dump(exclude_none=True) for c in spec.constraints]
-    if spec.multi_objective:
-        summary.update(_front_summary(spec, grid, statuses, ids, front, location))
-    schedule = None
-    pbt = spec.scheduler.type in POPULATION_SCHEDULERS or (path / PBT_GLOBAL).is_file()
-    if pbt:
-        summary["perturbations"] = plain(read_perturbations(path, getattr(spec.scheduler, "time_attr",
-                                                                          "training_iteration")))
-        if best_id is not None:
-            schedule = plain(best_schedule(path, best_id))
+    return summary
+
+
+def _add_pbt(summary: dict[str, Any], spec: Spec, path: Path, best_id: str | None) -> dict[str, Any] | None:
+    """A PBT/PB2 run: add ``perturbations`` to the summary and return the best trial's schedule; else None."""
+    if not (spec.scheduler.type in POPULATION_SCHEDULERS or (path / PBT_GLOBAL).is_file()):
+        return None
+    summary["perturbations"] = plain(read_perturbations(path, getattr(spec.scheduler, "time_attr",
+                                                                      "training_iteration")))
+    return plain(best_schedule(path, best_id)) if best_id is not None else None
+
+
+def _write_files(path: Path, spec: Spec, summary: dict[str, Any], best_config: dict[str, Any] | None,
+                 schedule: dict[str, Any] | None, frame: pd.DataFrame) -> None:
+    """Write summary.json, best_config.yaml, best_schedule.yaml, pareto_configs.yaml, results.csv (as apply)."""
     path.mkdir(parents=True, exist_ok=True)
     atomic_write(path / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")
     if best_config is not None:
@@ -374,8 +437,6 @@ def collect_results(spec: Spec, grid: ResultGrid, experiment_path: str | os.Path
                          for t in entries]
         atomic_write(path / PARETO_CONFIGS, yaml.safe_dump(front_configs, sort_keys=False))
     atomic_write(path / RESULTS_CSV, frame.to_csv(index=False))
-    return TuneResult(best_config, best_metrics, best_ckpt, best_id, str(path), frame, summary, aborted_error,
-                      best_schedule=schedule)
 
 
 def _best(spec: Spec, grid: ResultGrid, statuses: list[str], scores: list[Any], front: set[str] | None = None,
@@ -527,5 +588,6 @@ def best_line(spec: Spec, result: TuneResult) -> str:
 
 
 def _shown(value: Any) -> Any:
+    """A value as the closing line shows it: a float with 6 significant digits."""
     return f"{value:.6g}" if isinstance(value, float) else value
 
