@@ -115,9 +115,9 @@ def test_the_private_import_check_finds_one():
 
 
 def _old_paths_in(text: str) -> list[str]:
-    from tuner.moved import MOVED
+    from tuner.moved import MOVED, SPLIT
 
-    return re.findall(r"(?<![\w./])(" + "|".join(map(re.escape, MOVED)) + r")\b(?!\.py)", text)
+    return re.findall(r"(?<![\w./])(" + "|".join(map(re.escape, [*MOVED, *SPLIT])) + r")\b(?!\.py)", text)
 
 
 def test_no_code_uses_an_old_module_path():
@@ -143,8 +143,14 @@ def test_the_old_module_paths_still_import_as_the_same_modules():
         "from tuner.moved import MOVED\n"
         "for old, new in MOVED.items():\n"
         "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
-        "import tuner.engine, tuner.run.engine\n"
+        "import tuner.engine, tuner.reporting, tuner.run.engine, tuner.run.prepare, tuner.run.console\n"
+        "import tuner.run.loggers\n"
         "assert tuner.engine.tune_model is tuner.run.engine.tune_model\n"
+        "assert tuner.engine.prepare_resume is tuner.run.prepare.prepare_resume\n"
+        "assert tuner.reporting.TableReporter is tuner.run.console.TableReporter\n"
+        "assert tuner.reporting.JsonLogger is tuner.run.loggers.JsonLogger\n"
+        "assert pickle.loads(pickle.dumps(tuner.run.loggers.JsonLogger)) is tuner.run.loggers.JsonLogger\n"
+        "assert pickle.loads(b'ctuner.reporting\\nTableReporter\\n.') is tuner.run.console.TableReporter\n"
         "from tuner.resources import ClusterResources, trials_that_fit\n"
         "from tuner.resources.sizing import ClusterResources as C\n"
         "assert ClusterResources is C\n"

@@ -30,9 +30,9 @@ once, when the experiment starts: a resumed experiment names the old paths for g
   :data:`SPLIT` (its names went to several modules, each name defined in only one of them),
   and stays there.
 
-``tuner.run.reporting`` is in :data:`SPLIT` for that reason: experiments saved before it was
-split into :mod:`tuner.run.console` (the reporter, :class:`~tuner.run.console.StopOnFullDisk`)
-and :mod:`tuner.run.loggers` (the logger callbacks) name their reporter and callbacks by it.
+``tuner.reporting`` is in :data:`SPLIT` for that reason: experiments saved by 0.1 name their
+reporter (now in :mod:`tuner.run.console`) and their logger callbacks (now in
+:mod:`tuner.run.loggers`) by it.
 
 The aliases are a :class:`importlib.abc.MetaPathFinder` that :mod:`tuner` installs when it
 is imported (every ``tuner.*`` import imports ``tuner`` first). New code imports the new
@@ -73,7 +73,6 @@ MOVED = {
 SPLIT = {
     "tuner.engine": ("tuner.run.engine", "tuner.run.prepare"),
     "tuner.reporting": ("tuner.run.console", "tuner.run.loggers"),
-    "tuner.run.reporting": ("tuner.run.console", "tuner.run.loggers"),
 }
 # ``tuner.resources`` is a package now (``tuner.resources.sizing`` holds what the module held): the
 # old path is the package, and its names are read from the module it re-exports (tuner/resources/__init__.py).
