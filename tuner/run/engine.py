@@ -398,7 +398,7 @@ def artifact_sync_config() -> Any:
     A trial's ``stdout`` and ``stderr`` (``log_to_file``) are written in its working folder
     under Ray's session. Ray Tune's ``SyncConfig(sync_artifacts=True)`` copies that folder's
     files with the trial's first result, then at most every ``sync_period`` (Ray's default,
-    300 s: the README's "at most every 5 minutes"), and when a function trainable ends; not on
+    300 s: docs/guides/results.md's "at most every 5 minutes"), and when a function trainable ends; not on
     each checkpoint (``sync_artifacts_on_checkpoint=False``: that copy would block the trial).
 
     Returns:

@@ -38,7 +38,7 @@ POPULATION_NUM_TO_KEEP = 4
 class Spec(_Model):
     """A validated, frozen tuning spec. Build it with :func:`load_spec`.
 
-    See the README's "The spec" section for every field. Validation refuses wrong
+    The spec reference (``docs/reference/spec.md``) lists every field. Validation refuses wrong
     searcher/scheduler pairs, grid values under model-based searchers, schedulers
     without a metric, and rungs that cannot exist.
 
