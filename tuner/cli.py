@@ -97,8 +97,7 @@ _ADDRESS_HELP = ("Use this running Ray cluster (auto, host:6379, ray://host:1000
                    "experiment's trials.")
 def validate(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address, measure,
              from_experiment) -> None:
-    """Check SPEC and print the plan and its budget forecast; starts nothing (but the trial of --measure),
-    writes nothing."""
+    """Check SPEC, print the plan and its budget forecast; starts nothing but --measure's trial, writes nothing."""
     if measure is not None and from_experiment is not None:
         raise InputError("--measure and --from exclude each other; choose one.")
     prepared = _prepare(spec_path, storage, name, num_samples, num_cpus, num_gpus, sets, address)
