@@ -65,6 +65,11 @@ class BaseDistribution(_Model):
 
     Every distribution may carry ``when``: the conditions under which the parameter exists
     (:mod:`tuner.spec.conditions`).
+
+    Attributes:
+        when: The conditions under which the parameter exists, ``{parent: value}`` or
+            ``{parent: {in: [values]}}``, AND-ed; where they fail it is absent from the config.
+            None: always.
     """
 
     when: dict[str, Any] | None = None
@@ -98,6 +103,15 @@ class BaseDistribution(_Model):
 
 
 class _Range(BaseDistribution):
+    """A float range.
+
+    Attributes:
+        low: The lower bound, inclusive.
+        high: The upper bound, exclusive; ``low < high``.
+        grid_points: Under search grid: the range as N evenly spaced points from ``low`` to
+            ``high`` (log-spaced for log types); None: search grid refuses the range.
+    """
+
     low: Float
     high: Float
     grid_points: Int | None = Field(default=None, ge=2)
@@ -110,7 +124,15 @@ class Uniform(_Range):
 
 
 class QUniform(_Range):
-    """Float uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.quniform``."""
+    """Float uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.quniform``.
+
+    Attributes:
+        low: The lower bound, inclusive; a multiple of ``q``.
+        high: The upper bound, inclusive; a multiple of ``q``, ``low < high``.
+        grid_points: Under search grid: N evenly spaced points from ``low`` to ``high``, rounded
+            to multiples of ``q``; None: search grid refuses the range.
+        q: The step: every value is a multiple of it.
+    """
 
     type: Literal["quniform"]
     q: Float = Field(gt=0)
@@ -121,6 +143,11 @@ class LogUniform(_Range):
 
     ``base`` is accepted for compatibility and has no effect: a log-uniform
     distribution is the same in every base.
+
+    Attributes:
+        low: The lower bound, inclusive; > 0.
+        high: The upper bound, exclusive; ``low < high``.
+        base: The logarithm's base; no effect (any base gives the same distribution).
     """
 
     type: Literal["loguniform"]
@@ -134,14 +161,27 @@ class LogUniform(_Range):
 
 
 class QLogUniform(LogUniform):
-    """Float log-uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.qloguniform``."""
+    """Float log-uniformly in ``[low, high]`` rounded to a multiple of ``q``; ``tune.qloguniform``.
+
+    Attributes:
+        low: The lower bound, inclusive; > 0 and a multiple of ``q``.
+        high: The upper bound, inclusive; a multiple of ``q``, ``low < high``.
+        grid_points: Under search grid: N log-spaced points from ``low`` to ``high``, rounded to
+            multiples of ``q``; None: search grid refuses the range.
+        q: The step: every value is a multiple of it.
+    """
 
     type: Literal["qloguniform"]  # type: ignore[assignment]
     q: Float = Field(gt=0)
 
 
 class RandN(BaseDistribution):
-    """Float from a normal distribution, unbounded; ``tune.randn``."""
+    """Float from a normal distribution, unbounded; ``tune.randn``.
+
+    Attributes:
+        mean: The normal distribution's mean.
+        sd: Its standard deviation; > 0.
+    """
 
     type: Literal["randn"]
     mean: Float = 0.0
@@ -149,13 +189,27 @@ class RandN(BaseDistribution):
 
 
 class QRandN(RandN):
-    """Normal float rounded to a multiple of ``q``; ``tune.qrandn``."""
+    """Normal float rounded to a multiple of ``q``; ``tune.qrandn``.
+
+    Attributes:
+        q: The step: every value is a multiple of it.
+    """
 
     type: Literal["qrandn"]  # type: ignore[assignment]
     q: Float = Field(gt=0)
 
 
 class _IntRange(BaseDistribution):
+    """An integer range.
+
+    Attributes:
+        low: The lower bound, inclusive.
+        high: The upper bound, exclusive; ``low < high``.
+        grid_points: Under search grid: N evenly spaced points (log-spaced for log types) from
+            ``low`` to the largest value taken, rounded (to multiples of ``q`` where there is one),
+            repeats dropped; None: search grid refuses the range.
+    """
+
     low: Int
     high: Int
     grid_points: Int | None = Field(default=None, ge=2)
@@ -168,14 +222,25 @@ class RandInt(_IntRange):
 
 
 class QRandInt(_IntRange):
-    """Integer multiple of ``q`` in ``[low, high]`` (high inclusive, exclusive for q=1); ``tune.qrandint``."""
+    """Integer multiple of ``q`` in ``[low, high]`` (high inclusive, exclusive for q=1); ``tune.qrandint``.
+
+    Attributes:
+        low: The lower bound, inclusive; a multiple of ``q``.
+        high: The upper bound, inclusive (exclusive when ``q`` is 1); a multiple of ``q``.
+        q: The step: every value is a multiple of it.
+    """
 
     type: Literal["qrandint"]
     q: Int = Field(default=1, ge=1)
 
 
 class LogRandInt(_IntRange):
-    """Integer log-uniformly in ``[low, high)``, ``low >= 1``; ``tune.lograndint``."""
+    """Integer log-uniformly in ``[low, high)``, ``low >= 1``; ``tune.lograndint``.
+
+    Attributes:
+        low: The lower bound, inclusive; >= 1.
+        base: The logarithm's base; no effect (any base gives the same distribution).
+    """
 
     type: Literal["lograndint"]
     base: Float = Field(default=10, gt=0)
@@ -188,7 +253,13 @@ class LogRandInt(_IntRange):
 
 
 class QLogRandInt(LogRandInt):
-    """Integer multiple of ``q`` log-uniformly in ``[low, high]``; ``tune.qlograndint``."""
+    """Integer multiple of ``q`` log-uniformly in ``[low, high]``; ``tune.qlograndint``.
+
+    Attributes:
+        low: The lower bound, inclusive; >= 1 and a multiple of ``q``.
+        high: The upper bound, inclusive (exclusive when ``q`` is 1); a multiple of ``q``.
+        q: The step: every value is a multiple of it.
+    """
 
     type: Literal["qlograndint"]  # type: ignore[assignment]
     q: Int = Field(default=1, ge=1)
@@ -210,13 +281,21 @@ class _Values(BaseDistribution):
 
 
 class Choice(_Values):
-    """One of ``values``, uniformly; ``tune.choice``. Enumerated under grid search."""
+    """One of ``values``, uniformly; ``tune.choice``. Enumerated under grid search.
+
+    Attributes:
+        values: The values to choose from; search grid runs each of them.
+    """
 
     type: Literal["choice"]
 
 
 class Grid(_Values):
-    """Every one of ``values`` in turn; ``tune.grid_search``."""
+    """Every one of ``values`` in turn; ``tune.grid_search``.
+
+    Attributes:
+        values: The values, each run in turn (``num_samples`` times each).
+    """
 
     type: Literal["grid"]
 

@@ -26,6 +26,10 @@ class Objective(_Model):
 
     A spec's objectives come from ``metric``/``mode`` (one string each, or two lists of the
     same length) or from ``objectives: [{metric, mode}, ...]``; see :attr:`tuner.spec.Spec.objectives`.
+
+    Attributes:
+        metric: A key the train function reports; each objective names a different one.
+        mode: ``min`` (lower is better) or ``max`` (higher is better).
     """
 
     metric: NonBlank
@@ -140,6 +144,9 @@ class GridSearch(_Model):
     """Every combination of ``grid`` and ``choice`` values (numeric ranges need ``grid_points``).
 
     ``warm_start`` is refused: a grid runs every point whatever earlier trials found.
+
+    Attributes:
+        warm_start: Refused when given: omit it (or null). Search random, optuna or bohb take it.
     """
 
     algorithm: Literal["grid"]
@@ -200,7 +207,21 @@ class BOHBSearch(_Search):
     """BOHB's model-based sampler through ``ray.tune.search.bohb.TuneBOHB`` (hpbandster).
 
     Falkner et al., "BOHB: Robust and Efficient Hyperparameter Optimization at Scale",
-    ICML 2018. The options are hpbandster's ``BOHB`` keyword arguments.
+    ICML 2018. The options are hpbandster's ``BOHB`` keyword arguments. BOHB fits its model
+    per budget (a rung's ``time_attr`` value) and samples from the largest budget with a model.
+
+    Attributes:
+        min_points_in_model: Finished trials a budget needs before BOHB fits its model there;
+            None, or fewer than the number of parameters + 1: that number.
+        top_n_percent: Percentage of a budget's trials, the best by the metric (at least
+            ``min_points_in_model``), that make the "good" density; the rest the "bad" one.
+        num_samples: Candidates drawn from the good density per new config, to maximise the
+            good/bad ratio (expected improvement).
+        random_fraction: Fraction of configs sampled at random, without the model (1/3 by default).
+        bandwidth_factor: Factor that widens the good density's bandwidth for continuous
+            parameters when candidates are drawn (more diverse candidates).
+        min_bandwidth: Smallest kernel bandwidth, so a parameter on which all good trials agree
+            is still varied.
     """
 
     algorithm: Literal["bohb"]
@@ -229,6 +250,14 @@ def _reduction_factor(value: float) -> float:
 
 
 class _Sched(_Model):
+    """What every scheduler takes.
+
+    Attributes:
+        time_attr: The reported key that measures a trial's progress, the unit of the
+            scheduler's options (``training_iteration``: iterations, epochs in the examples;
+            ``time_total_s``: seconds); it must grow with each report.
+    """
+
     time_attr: NonBlank = "training_iteration"
 
 
@@ -249,7 +278,12 @@ class _RanksByMetric(_Sched):
 
 
 class FIFOScheduler(_Sched):
-    """Run every trial to its end: Ray's ``FIFOScheduler``."""
+    """Run every trial to its end: Ray's ``FIFOScheduler``.
+
+    Attributes:
+        time_attr: The reported key that measures a trial's progress; fifo stops no trial by it
+            (``tuner report`` draws learning curves against it).
+    """
 
     type: Literal["fifo"]
 
@@ -260,6 +294,18 @@ class ASHAScheduler(_RanksByMetric):
     Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020.
     ``max_t`` and ``grace_period`` are in units of ``time_attr`` (epochs when that is
     ``training_iteration``). ``max_t`` defaults to ``stop.training_iteration``, else 100.
+
+    Attributes:
+        max_t: The most units of ``time_attr`` a trial runs (ASHA's largest budget); None:
+            ``stop.<time_attr>``, else 100.
+        grace_period: Units of ``time_attr`` a trial runs before it can be stopped: the first
+            rung; ``<= max_t``.
+        reduction_factor: Rungs lie at ``grace_period * reduction_factor**k`` below ``max_t``,
+            and each rung lets the top 1/reduction_factor of its trials go on; > 1.
+        brackets: Brackets of rungs; bracket ``s`` starts at ``grace_period *
+            reduction_factor**s``, and each trial joins one. 1: plain successive halving.
+        stop_last_trials: true: a trial is stopped at ``max_t``; false: it runs on past
+            ``max_t`` (until ``stop``).
     """
 
     type: Literal["asha"]
@@ -275,6 +321,14 @@ class HyperBandScheduler(_RanksByMetric):
 
     Li et al., "Hyperband: A Novel Bandit-Based Approach to Hyperparameter
     Optimization", JMLR 2018.
+
+    Attributes:
+        max_t: The most units of ``time_attr`` a trial runs, the budget of each bracket's last
+            rung; None: ``stop.<time_attr>``, else 100.
+        reduction_factor: Hyperband's eta: each rung keeps 1/reduction_factor of a bracket's
+            trials, and bracket ``s`` starts at ``max_t * reduction_factor**-s``; > 1.
+        stop_last_trials: true: a trial is stopped at ``max_t``; false: it runs on past
+            ``max_t`` (until ``stop``).
     """
 
     type: Literal["hyperband"]
@@ -293,6 +347,15 @@ class MedianScheduler(_RanksByMetric):
     """Median stopping rule: Ray's ``MedianStoppingRule``.
 
     Golovin et al., "Google Vizier: A Service for Black-Box Optimization", KDD 2017.
+    A trial whose best result by time ``t`` is worse than the median of the other trials'
+    running means up to ``t`` is stopped.
+
+    Attributes:
+        grace_period: Units of ``time_attr`` before the rule can stop a trial; >= 0.
+        min_samples_required: Other trials that reached the same ``time_attr`` needed for a
+            median; with fewer, the trial goes on.
+        hard_stop: true: a stopped trial ends; false: it is paused, and resumed (FIFO) once
+            every other trial is done.
     """
 
     type: Literal["median"]
@@ -303,7 +366,12 @@ class MedianScheduler(_RanksByMetric):
 
 class _PopulationScheduler(_RanksByMetric):
     """What PBT and PB2 share: when a trial of the population is considered for a perturbation
-    (every ``perturbation_interval`` units of ``time_attr``), and which quantile exploits which."""
+    (every ``perturbation_interval`` units of ``time_attr``), and which quantile exploits which.
+
+    Attributes:
+        synch: false: each trial is perturbed on its own when it reaches the interval
+            (asynchronous); true: the whole population at once, when every trial has reached it.
+    """
 
     perturbation_interval: Float = Field(default=4, gt=0)
     quantile_fraction: Float = Field(default=0.25, ge=0, le=0.5)
@@ -675,7 +743,15 @@ class MLflowReporting(_Model):
 
 
 class Reporting(_Model):
-    """Where progress shows: the CLIReporter table (``cli``), TensorBoard event files, W&B and MLflow."""
+    """Where progress shows: the CLIReporter table (``cli``), TensorBoard event files, W&B and MLflow.
+
+    Attributes:
+        cli: The console table (:class:`CLIReporting`); ``true``/``false`` is short for
+            ``{enabled: true|false}``.
+        tensorboard: Write TensorBoard event files (with the HParams dashboard) in each trial folder.
+        wandb: Log to Weights & Biases (:class:`WandbReporting`); None: off.
+        mlflow: Log to MLflow (:class:`MLflowReporting`); None: off.
+    """
 
     cli: CLIReporting = Field(default_factory=CLIReporting)
     tensorboard: bool = True
