@@ -239,7 +239,9 @@ def _param_space(schema: dict, defs: dict[str, Any]) -> None:
             "properties": {"in": {"type": "array", "minItems": 1, "items": condition_value}}}]},
     }
     for target in {*targets.values(), "Choice"}:
-        defs[target]["properties"]["when"] = {"anyOf": [{"$ref": _REF + "Condition"}, {"type": "null"}],
+        when = defs[target]["properties"].get("when", {})  # keeps the description the docstring gave it
+        defs[target]["properties"]["when"] = {**{k: v for k, v in when.items() if k == "description"},
+                                             "anyOf": [{"$ref": _REF + "Condition"}, {"type": "null"}],
                                              "default": None, "title": "When"}
 
 
