@@ -15,7 +15,11 @@ Markers for a fenced ```yaml block, on the line right before its fence (blank li
 * ``<!-- spec: needs-gpu -->``: a whole spec that needs a GPU (``gpu: auto``, ``gpu_per_worker: 1`` ...),
   validated as above but on a machine of 8 GPUs (``--num-gpus 8``: Ray's logical GPUs, as tuner's own
   message for a GPU-less machine suggests), so that it passes on a machine without any.
-* ``<!-- spec: fragment -->``: a piece of a spec (or YAML that is no spec): it only has to parse as YAML.
+* ``<!-- spec: part -->``: some top-level sections of a spec. They replace those sections of the main job
+  (``search_spaces/mnist_asha.yaml``), and the result is validated as a whole spec; ``<!-- spec:
+  part-needs-gpu -->`` as for needs-gpu. An error in the part names the page's line.
+* ``<!-- spec: fragment -->``: a piece of a spec that does not stand on the main job (alternatives side by side,
+  YAML that is no spec): it only has to parse as YAML.
 * ``<!-- spec: invalid -->``: a deliberate mistake: ``tuner validate`` (a subprocess) must refuse it, exit 2.
 
 A failure names the block as ``file:line`` (the fence's line) and, for a spec's error, the line of the
@@ -44,7 +48,9 @@ pytestmark = pytest.mark.xdist_group("docs")
 
 #: The pages checked: the README and every documentation page.
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
-MARKERS = ("fragment", "invalid", "needs-gpu")
+MARKERS = ("fragment", "invalid", "needs-gpu", "part", "part-needs-gpu")
+#: The spec a ``part`` block's sections go into.
+MAIN_JOB = ROOT / "search_spaces" / "mnist_asha.yaml"
 #: The machine a spec is validated for (``--num-cpus``; ``--num-gpus`` 0, or 8 for a needs-gpu block).
 NUM_CPUS, NUM_GPUS_FOR_GPU_SPECS = 64, 8
 
@@ -231,9 +237,34 @@ def _validate(path: Path, num_gpus: int) -> None:
         check_fits(spec, local_resources(NUM_CPUS, num_gpus))
 
 
-def _on_page(message: str, path: Path, block: Block) -> str:
-    """tuner's message with the temporary file's ``file:line`` replaced by the page's."""
-    return re.sub(re.escape(str(path)) + r":(\d+)", lambda m: f"{block.page}:{block.line + int(m[1])}", message)
+def _on_page(message: str, path: Path, block: Block, offset: int = 0) -> str:
+    """tuner's message with the temporary file's ``file:line`` replaced by the page's (the block's text starts
+    at the file's line ``offset + 1``; a line above it is the main job's, as its own file names it)."""
+
+    def where(match: re.Match) -> str:
+        line = int(match[1])
+        if line <= offset:
+            return f"{MAIN_JOB.relative_to(ROOT)} (merged):{line}"
+        return f"{block.page}:{block.line + line - offset}"
+
+    return re.sub(re.escape(str(path)) + r":(\d+)", where, message)
+
+
+def with_main_job(part: str) -> tuple[str, int]:
+    """The main job's spec with the top-level sections that ``part`` has replaced by ``part``'s: the text, and
+    the number of lines before ``part``'s first (the main job's top-level keys ``part`` defines are left out,
+    each with its indented lines and comments)."""
+    replaced = set(yaml.safe_load(part) or {})
+    kept, skipping = [], False
+    for line in MAIN_JOB.read_text().splitlines():
+        key = re.match(r"^([A-Za-z_]\w*):", line)
+        if key:
+            skipping = key[1] in replaced
+        elif line and not line.startswith((" ", "#")):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept) + "\n" + part, len(kept)
 
 
 def check_block(block: Block, folder: Path) -> str | None:
@@ -250,7 +281,8 @@ def check_block(block: Block, folder: Path) -> str | None:
             return f"{block.where}: the fragment is not YAML: {err}"
         return None
     path = folder / "spec.yaml"
-    path.write_text(block.text)
+    text, offset = with_main_job(block.text) if block.marker in ("part", "part-needs-gpu") else (block.text, 0)
+    path.write_text(text)
     if block.marker == "invalid":
         proc = subprocess.run([sys.executable, "-m", "tuner", "validate", str(path), "--num-cpus", str(NUM_CPUS),
                                "--num-gpus", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -262,11 +294,12 @@ def check_block(block: Block, folder: Path) -> str | None:
         sys.path.insert(0, str(ROOT))
     try:
         with contextlib.chdir(ROOT):
-            _validate(path, NUM_GPUS_FOR_GPU_SPECS if block.marker == "needs-gpu" else 0)
+            _validate(path, NUM_GPUS_FOR_GPU_SPECS if block.marker in ("needs-gpu", "part-needs-gpu") else 0)
     except SpecError as err:
-        hint = ("" if block.marker == "needs-gpu" or "GPU" not in str(err) else
-                " (a spec for a GPU machine: mark it <!-- spec: needs-gpu -->)")
-        return f"{block.where}: not a valid spec{hint}: {_on_page(str(err), path, block)}"
+        hint = ("" if block.marker in ("needs-gpu", "part-needs-gpu") or "GPU" not in str(err) else
+                " (a spec for a GPU machine: mark it <!-- spec: needs-gpu --> or <!-- spec: part-needs-gpu -->)")
+        what = "the main job with this part" if offset else "a valid spec"
+        return f"{block.where}: not {what}{hint}: {_on_page(str(err), path, block, offset)}"
     return None
 
 
@@ -295,6 +328,11 @@ def test_block_checker_catches_mistakes(tmp_path):
     assert check("a: [1,", "fragment").startswith("docs/x.md:10: the fragment is not YAML")
     assert check("stop: {training_iteration: 3}\n", "fragment") is None
     assert check(bad, "invalid") is None
+    assert check("scheduler: {type: asha, max_t: 4}\n", "part") is None
+    broken = check("metric: val_loss\nscheduler: {type: asha, grace_period: 0}\n", "part")
+    assert broken.startswith("docs/x.md:10: not the main job with this part: docs/x.md:12:"), broken
+    assert check("resources: {gpu: auto}\n", "part-needs-gpu") is None
+    assert "part-needs-gpu" in check("resources: {gpu: auto}\n", "part")
     assert "marked invalid, but `tuner validate` exited 0" in check(good, "invalid")
     assert "unknown marker" in check(good, "gpu")
 
