@@ -50,7 +50,8 @@ def test_the_rule_skips_errors_and_non_finite_values_and_breaks_ties_by_id():
 
 #: Modules that import no Ray: the pure rules (the best trial, the experiment folder's names, Ray's
 #: experiment state, parameter names, rungs) and `tuner report`, which reads experiment folders with them.
-RAY_FREE = ("best", "layout", "state", "params", "rungs", "files", "storage", "spec", "report")
+RAY_FREE = ("core.best", "experiment.layout", "adapters.state", "core.params", "search.rungs", "experiment.files",
+            "experiment.storage", "spec", "report")
 
 
 def readme_layout() -> dict[str, str]:
@@ -96,7 +97,7 @@ def test_every_repository_path_and_benchmarks_section_the_readme_names_exists():
 
 
 def test_the_rule_is_written_once_and_report_stays_ray_free():
-    """results.py, report/ and reporting.py import tuner.core.best; the modules of RAY_FREE import no Ray."""
+    """run/results.py, report/ and run/console.py import tuner.core.best; the modules of RAY_FREE import no Ray."""
     # docs/architecture.md's Layout names these as importing no Ray too.
     named = tuple(path.removeprefix("tuner/").removesuffix("/").removesuffix(".py").replace("/", ".")
                   for path, what in readme_layout().items() if path.startswith("tuner/") and "no Ray" in what)
