@@ -66,8 +66,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-                                ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
-                                write_section)
+    ROOT, add_budget_options, budget_runs, have_matplotlib, machine_line, run_on_local_ray,
+    write_section)
 from benchmarks.workloads import (COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_RECORD_BYTES, COND_WARMUP,
                                   conditional_active_keys, conditional_space, conditional_true_value,
                                   read_budget_records)

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import load_average, local_ray, machine_line, write_section
 from benchmarks.workloads import (
-                                  SCHEDULE_LR_BOUNDS, read_budget_file, schedule_optimal_lr, schedule_step)
+    SCHEDULE_LR_BOUNDS, read_budget_file, schedule_optimal_lr, schedule_step)
 
 HEADING = "PBT and PB2: a schedule, not a configuration (`benchmarks/pbt_schedule.py`)"
 LR = {"type": "loguniform", "low": SCHEDULE_LR_BOUNDS[0], "high": SCHEDULE_LR_BOUNDS[1]}

@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-                                ROOT, code_version, load_average, machine_line, python, run_timed, write_section)
+    ROOT, code_version, load_average, machine_line, python, run_timed, write_section)
 from tuner.experiment import layout
 
 HEADING = "Bookkeeping at scale (`benchmarks/scale.py`)"

@@ -351,8 +351,8 @@ def test_conditional_toy_has_its_optimum_in_one_branch():
     """The toy's known optimum: 0 in mlp (adam, every parameter at its target); every other branch's best
     is its floor; the parameters of branches not taken change nothing (the flat space's)."""
     from benchmarks.workloads import (
-                                      COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_OPTIMUM_CONFIG, COND_SGD_PENALTY, COND_WARMUP,
-                                      conditional_fidelity, conditional_true_value)
+        COND_BRANCHES, COND_MAX_T, COND_OPTIMUM, COND_OPTIMUM_CONFIG, COND_SGD_PENALTY, COND_WARMUP,
+        conditional_fidelity, conditional_true_value)
 
     assert conditional_true_value(COND_OPTIMUM_CONFIG) == COND_OPTIMUM == 0.0
     at_target = {b: {"name": b, **{k: t for k, (_, t) in params.items() if t is not None}}

@@ -29,8 +29,7 @@ from tuner.search import pareto
 from tuner.core.best import best_reported, is_candidate, nan_to_none, ranked, scope_value
 from tuner.errors import InputError
 from tuner.experiment.layout import (ERROR_FILE, EXPERIMENT_STATE_GLOB, LOCK_FILE, PARAMS_FILE, PROGRESS_FILE,
-                                     RESULT_FILE,
-                                     RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
+                                     RESULT_FILE, RESULTS_CSV, RUN_RECORD, SPEC_SNAPSHOT, SUMMARY, trial_id_of_folder)
 from tuner.core.params import PROGRESS_KEYS, RAY_RESULT_KEYS, flatten, nest
 from tuner.search.schedule import best_schedule, is_pbt_experiment, read_perturbations
 from tuner.spec import Spec, SpecError, load_spec

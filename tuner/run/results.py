@@ -40,12 +40,11 @@ import yaml
 from ray.tune import ResultGrid
 
 from tuner.core.best import (ERROR, best as best_of, best_checkpoint as best_checkpoint_of, is_finite_number,
-                             metric_value,
-                             nan_to_none, ranked, scope_value)
+                             metric_value, nan_to_none, ranked, scope_value)
 from tuner.experiment.files import atomic_write  # re-exported: tuner.run.results.atomic_write
 from tuner.resources.gpu_packing import load_packing, packing_summary, trial_columns
 from tuner.experiment.layout import (BEST_CONFIG, BEST_SCHEDULE, ERROR_FILE, PARETO_CONFIGS, PBT_GLOBAL, RESULTS_CSV,
-                                     SUMMARY,                           TIMEOUT_MARKER, trial_id_of_folder)
+                                     SUMMARY, TIMEOUT_MARKER, trial_id_of_folder)
 from tuner.search.pareto import feasible as is_feasible, hypervolume, objective_values, pareto_front, reference_point
 from tuner.core.params import RAY_RESULT_KEYS, flatten
 from tuner.search.schedule import best_schedule, read_perturbations

@@ -30,13 +30,13 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers import (
-                                 ASHAScheduler,
-                                 FIFOScheduler,
-                                 HyperBandForBOHB,
-                                 HyperBandScheduler,
-                                 MedianStoppingRule,
-                                 TrialScheduler,
-                                 )
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandForBOHB,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    TrialScheduler,
+)
 from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch

@@ -22,8 +22,7 @@ from tuner.spec.distributions import (_DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME
 from tuner.spec.errors import SpecError, SpecIssue, _allowed, _closest, _fail
 from tuner.spec.fields import Float, Int, NonBlank, _Model
 from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, BestTrial, Checkpointing, Constraint,
-                                 Failure,
-                                 FIFOScheduler, Objective, RandomSearch, RayConfig, Reporting, Resources,
+                                 Failure, FIFOScheduler, Objective, RandomSearch, RayConfig, Reporting, Resources,
                                  SchedulerConfig, SearchConfig)
 
 
