@@ -11,7 +11,8 @@ An experiment folder holds:
   :data:`BEST_CONFIG`, :data:`RESULTS_CSV`, :data:`LOG_FILE`, :data:`PARETO_CONFIGS` (:data:`TUNER_FILES`);
 * tuner's bookkeeping: :data:`LOCK_FILE`, :data:`STATE_SNAPSHOT_DIR`, the markers
   :data:`BUDGET_SPENT` and (in a trial folder) :data:`TIMEOUT_MARKER` and
-  :data:`PLACEMENT_GROUP_FILE`, the link :data:`RAY_LOGS_LINK`, TensorBoard's HParams
+  :data:`PLACEMENT_GROUP_FILE`, a command trial's :data:`COMMAND_STDOUT`, :data:`COMMAND_STDERR`,
+  :data:`COMMAND_CONFIG` and :data:`TORCHRUN_LOGS`, the link :data:`RAY_LOGS_LINK`, TensorBoard's HParams
   summary (:data:`HPARAMS_EVENTS_PREFIX`);
 * Ray Tune's state: :data:`EXPERIMENT_STATE` (and :data:`CORRUPT_SUFFIX`, a copy set
   aside), the searcher states :data:`BASIC_VARIANT_STATE`, :data:`SEARCH_GEN_STATE`,
@@ -29,6 +30,7 @@ from __future__ import annotations
 __all__ = ["SPEC_SNAPSHOT", "RUN_RECORD", "SUMMARY", "BEST_CONFIG", "RESULTS_CSV", "LOG_FILE", "TUNER_FILES",
            "LOCK_FILE", "CLONE_SOURCES_DIR",
            "STATE_SNAPSHOT_DIR", "BUDGET_SPENT", "TIMEOUT_MARKER", "PLACEMENT_GROUP_FILE",
+           "COMMAND_STDOUT", "COMMAND_STDERR", "COMMAND_CONFIG", "TORCHRUN_LOGS",
            "RAY_LOGS_LINK", "HPARAMS_EVENTS_PREFIX", "HPARAMS_EVENTS_SUFFIX", "EVENTS_GLOB", "TMP_SUFFIX",
            "DOWNLOAD_SUFFIX", "EXPERIMENT_STATE", "EXPERIMENT_STATE_GLOB", "CORRUPT_SUFFIX", "BASIC_VARIANT_STATE",
            "SEARCH_GEN_STATE", "SEARCHER_STATE", "CALLBACK_STATE", "CALLBACK_STATE_GLOB", "PARAMS_FILE", "RESULT_FILE",
@@ -79,6 +81,14 @@ BUDGET_SPENT = "time_budget_spent"
 TIMEOUT_MARKER = "trial_timeout.txt"
 #: In a DDP trial's folder: the id of the placement group of Ray Train's workers, freed when the trial ends.
 PLACEMENT_GROUP_FILE = ".train_placement_group"
+#: In a command trial's folder: what its program printed on stdout (its metrics lines too), appended on each start.
+COMMAND_STDOUT = "command_stdout.log"
+#: In a command trial's folder: what its program printed on stderr, appended on each start.
+COMMAND_STDERR = "command_stderr.log"
+#: In a command trial's folder: the trial's config as YAML, for the program (``$TUNER_CONFIG``).
+COMMAND_CONFIG = "tuner_config.yaml"
+#: In the folder of a command trial run under ``torchrun``: each rank's output (torchrun's ``--log-dir``).
+TORCHRUN_LOGS = "torchrun_logs"
 #: Link to the Ray session's log folder (a local Ray only).
 RAY_LOGS_LINK = "ray_logs"
 #: TensorBoard's HParams experiment summary: ``events.out.tfevents.<time>.<host>.hparams``.

@@ -44,8 +44,10 @@ from tuner.spec.loading import MAX_SPEC_BYTES, Override, load_spec, parse_set
 from tuner.spec.model import Spec, stop_operator
 from tuner.spec.schema import SCHEMA_FILE, schema_text, spec_schema
 from tuner.spec.sections import SCHEDULER_TYPES, SEARCH_ALGORITHMS, SYNCHRONOUS_HYPERBAND
-from tuner.spec.trainable import (check_trainable, implements, import_roots, is_class_trainable, resolve_trainable,
-                                  trainable_dirs, trainable_reference, user_packages)
+from tuner.spec.command import CommandTrainable
+from tuner.spec.trainable import (check_command, check_trainable, command_cwd, implements, import_roots,
+                                  is_class_trainable, resolve_trainable, trainable_dirs, trainable_reference,
+                                  user_packages)
 from tuner.spec.yaml_positions import MAX_NESTING, MAX_YAML_NODES, parse_yaml
 
 __all__ = [
@@ -62,6 +64,9 @@ __all__ = [
     "MAX_SPEC_BYTES",
     "resolve_trainable",
     "check_trainable",
+    "check_command",
+    "command_cwd",
+    "CommandTrainable",
     "is_class_trainable",
     "trainable_dirs",
     "trainable_reference",

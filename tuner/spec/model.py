@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from pydantic_core import PydanticCustomError
 
 from tuner.core.params import flatten, spec_paths
+from tuner.spec.command import CommandTrainable
 from tuner.spec.conditions import Space, expand
 from tuner.spec.distributions import (_DIST_KEYS, DISTRIBUTION_TYPES, PARAM_NAME, ParamValue, SubspaceChoice,
                                       BaseDistribution)
@@ -45,7 +46,8 @@ class Spec(_Model):
         name: The experiment's name and folder under ``storage``: letters, digits, ``.``,
             ``_`` and ``-`` only.
         trainable: ``package.module:function`` or ``path/to/file.py:function``: a train
-            function of ``config``, or a ``ray.tune.Trainable`` class.
+            function of ``config``, or a ``ray.tune.Trainable`` class; or ``{command: [...]}``, a
+            program run as a process per trial (:class:`~tuner.spec.command.CommandTrainable`).
         metric: A key the train function reports; a list of two or more for several objectives.
         mode: ``min`` or ``max``; a list of as many modes as metrics.
         objectives: Several objectives as ``[{metric, mode}, ...]`` (instead of metric and mode lists).
@@ -77,7 +79,7 @@ class Spec(_Model):
     """
 
     name: str = "experiment"
-    trainable: str | None = None  # required unless tune_model(trainable=...) passes one
+    trainable: str | CommandTrainable | None = None  # required unless tune_model(trainable=...) passes one
     metric: NonBlank | None = None
     mode: Literal["min", "max"] | None = None
     objectives: list[Objective] | None = None
@@ -243,8 +245,8 @@ class Spec(_Model):
 
     @field_validator("trainable")
     @classmethod
-    def _trainable(cls, value: str | None) -> str | None:
-        if value is not None and not _TRAINABLE.match(value):
+    def _trainable(cls, value: str | CommandTrainable | None) -> str | CommandTrainable | None:
+        if isinstance(value, str) and not _TRAINABLE.match(value):
             hint = ""
             if ":" not in value and value.endswith(".py"):
                 hint = f"; name the function after a ':', e.g. '{value}:train'"
@@ -336,15 +338,66 @@ class Spec(_Model):
         if sched in POPULATION_SCHEDULERS:
             self._check_population()
         self._check_checkpoint_score()
+        if self.command is not None:
+            self._check_command(self.command)
         if self.oom_backoff is not None:
-            names = [p.dotted for p in self.space.params if p.dist is not None] + \
-                [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, BaseDistribution)]
+            names = self._parameter_names()
             if self.oom_backoff not in names:
                 hint = _closest(self.oom_backoff, names)
                 guess = f"; did you mean '{hint}'?" if hint else "."
                 raise _fail("oom_backoff", f"oom_backoff names {self.oom_backoff!r}, which is not a parameter in "
                             f"param_space{guess} Parameters: {_allowed(names) or '(none)'}.")
         return self
+
+    def _parameter_names(self) -> list[str]:
+        """Every parameter's name, dotted for a nested one (as ``oom_backoff`` and a placeholder name one)."""
+        return [p.dotted for p in self.space.params if p.dist is not None] + \
+            [p for p, v in spec_paths(self.param_space, root=None) if not isinstance(v, BaseDistribution)]
+
+    def _check_command(self, command: CommandTrainable) -> None:
+        """A command trial's placeholders name parameters, and ``oom_backoff`` (a function's) is not set."""
+        names = self._parameter_names()
+        for i, name in command.placeholder_names():
+            if name not in names:
+                hint = _closest(name, names)
+                guess = f"; did you mean '{{{hint}}}'?" if hint else "."
+                raise _fail(f"trainable.command.{i}", f"placeholder {{{name}}} names no parameter of param_space"
+                            f"{guess} Parameters: {_allowed(names) or '(none)'}; tuner's own: "
+                            "{tuner.trial_dir}, {tuner.checkpoint_dir}, {tuner.restore_dir}, {tuner.config_file}, "
+                            "{tuner.trial_id}, {tuner.metrics_file}.")
+        if self.oom_backoff is not None:
+            raise _fail("oom_backoff", "oom_backoff halves a parameter when a train function raises CUDA's "
+                        "out-of-memory error, which tuner cannot see in a command trial's process; catch "
+                        "torch.cuda.OutOfMemoryError in the script, or drop oom_backoff.")
+        if self.amp:
+            raise _fail("amp", "amp turns on mixed precision through tuner.trial.autocast() in a train function; "
+                        "a command trial's script sets up its own (torch.autocast), so drop amp.")
+        if self.resources.distributed and not command.runs_python:
+            raise _fail("trainable.command.0", f"resources.workers runs the command under torchrun, which starts "
+                        f"a Python script, but the command starts with {command.command[0]!r}; write it as "
+                        "[python, SCRIPT, ...] or [python, -m, MODULE, ...], or drop resources.workers.")
+        if self.resources.distributed and self.resources.placement_strategy != "PACK":
+            raise _fail("resources.placement_strategy", "a command trial's workers are torchrun's processes on "
+                        "one node, so placement_strategy does not apply; drop it.")
+        if self.resources.distributed and len(command.command) < 2:
+            raise _fail("trainable.command", "resources.workers runs `python SCRIPT ...` under torchrun, but the "
+                        "command names no script.")
+
+    @property
+    def command(self) -> CommandTrainable | None:
+        """The command trial's section, or None when ``trainable`` is a function or a class."""
+        return self.trainable if isinstance(self.trainable, CommandTrainable) else None
+
+    @property
+    def ray_train_ddp(self) -> bool:
+        """Whether a trial is a DDP group that Ray Train launches: ``resources.workers`` with a train
+        function. A command trial's workers are ``torchrun``'s processes in the trial's own."""
+        return self.resources.distributed and self.command is None
+
+    @property
+    def trainable_ref(self) -> str | None:
+        """``trainable`` when it is ``module:function`` (or ``file.py:function``); None for a command or none."""
+        return self.trainable if isinstance(self.trainable, str) else None
 
     def _check_checkpoint_score(self) -> None:
         """``checkpoint.score``: a metric other than the objectives needs ``score_mode``; ``best.scope``

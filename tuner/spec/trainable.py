@@ -44,7 +44,7 @@ def trainable_dirs(spec: Spec) -> list[str]:
     if spec.source:
         here = Path(spec.source).resolve().parent
         dirs.append(str(here))
-        target = (spec.trainable or "").rpartition(":")[0]
+        target = (spec.trainable_ref or "").rpartition(":")[0]
         if target:
             first = target if target.endswith(".py") else target.split(".")[0]
             for folder in (here, *here.parents):
@@ -112,7 +112,10 @@ def resolve_trainable(spec: Spec) -> Callable[[dict], Any] | type:
         SpecError: If the module or file cannot be found or imported, the name is not
             there, or it is neither a function of one argument nor a ``Trainable`` subclass.
     """
-    target, _, func_name = spec.trainable.rpartition(":")
+    if spec.trainable_ref is None:
+        raise TypeError("resolve_trainable needs a `module:function` trainable; a command trial is built by "
+                        "tuner.run.command.command_trainable")
+    target, _, func_name = spec.trainable_ref.rpartition(":")
     dirs = trainable_dirs(spec)
     where = _allowed(dirs[:2]) + (" and the folders above it" if len(dirs) > 1 else "")
     try:
@@ -228,6 +231,57 @@ def implements(cls: type, method: str) -> bool:
         if method in vars(base):
             return not (base.__name__ == "Trainable" and base.__module__.startswith("ray.tune"))
     return False
+
+
+def command_cwd(spec: Spec) -> Path:
+    """The working directory of a spec's command trial: ``trainable.cwd`` relative to the spec's folder
+    (the current folder for a spec given as a mapping); that folder itself when ``cwd`` is not given."""
+    base = Path(spec.source).resolve().parent if spec.source else Path.cwd()
+    cwd = spec.command.cwd if spec.command else None
+    return (base / cwd).resolve() if cwd else base
+
+
+def check_command(spec: Spec) -> None:
+    """Refuse a command trial whose program cannot start, before anything starts.
+
+    Checks that the working directory exists; for ``python SCRIPT``, that the script is a file
+    there (``python -m MODULE`` and ``-c`` are left to Python); for any other program, that it
+    is a file there (a path) or on the ``PATH`` (of ``trainable.env``, else this process's).
+    Words holding a placeholder are left alone.
+
+    Raises:
+        SpecError: Naming ``trainable.command.N`` or ``trainable.cwd``, and the folder looked in.
+    """
+    import shutil
+
+    from tuner.spec.command import placeholders
+
+    command = spec.command
+    if command is None:
+        return
+    cwd = command_cwd(spec)
+    if not cwd.is_dir():
+        raise spec.error("trainable.cwd" if command.cwd else "trainable", f"the command's working directory {cwd} "
+                         "is not a folder.")
+    words = command.command
+    if command.runs_python:
+        if len(words) > 1 and not words[1].startswith("-") and not placeholders(words[1]):
+            if not (cwd / words[1]).is_file():
+                raise spec.error("trainable.command.1", f"script '{words[1]}' not found in the command's working "
+                                 f"directory {cwd}; give its path relative to that folder (trainable.cwd, default: "
+                                 "the spec's folder).")
+        return
+    program = words[0]
+    if placeholders(program):
+        return
+    if "/" in program:
+        found = (cwd / program).is_file() and os.access(cwd / program, os.X_OK)
+    else:
+        found = shutil.which(program, path=command.env.get("PATH", os.environ.get("PATH"))) is not None
+    if not found:
+        where = f"in {cwd} (or not executable)" if "/" in program else "on the PATH"
+        raise spec.error("trainable.command.0", f"command '{program}' not found {where}; give the program's path, "
+                         "or start the command with python (tuner's own Python) for a Python script.")
 
 
 def _import_file(file: Path):
