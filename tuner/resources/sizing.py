@@ -95,7 +95,7 @@ def trials_that_fit(spec: Spec, cluster: ClusterResources) -> int:
         nodes = [(c, g) for c, g in cluster.per_node if g >= 1]
         return sum(min(_units((c, 0.0), (float(res.cpu), 0.0)) if res.cpu > 0 else res.auto.max_per_gpu * int(g),
                        res.auto.max_per_gpu * int(g)) for c, g in nodes)
-    if not res.distributed or res.placement_strategy == "STRICT_PACK":
+    if not res.distributed or res.placement_strategy == "STRICT_PACK" or spec.command is not None:
         req = trial_request(spec)
         return sum(_units(node, (req["cpu"], req["gpu"])) for node in cluster.per_node)
     slots = [_units(node, (float(res.cpu_per_worker), float(res.gpu_per_worker))) for node in cluster.per_node]
@@ -121,6 +121,10 @@ def describe_resources(spec: Spec, cluster: ClusterResources) -> list[str]:
         at_once = min(fit, spec.max_concurrent_trials)
     if res.auto_gpu:
         lines = [f"resources:  {req['cpu']:g} CPU per trial, GPU share auto (found from measurement)"]
+    elif res.distributed and spec.command is not None:
+        lines = [f"resources:  torchrun, {res.workers} process{'es' if res.workers != 1 else ''} x "
+                 f"({res.cpu_per_worker:g} CPU, {res.gpu_per_worker:g} GPU) on one node; "
+                 f"{req['cpu']:g} CPU, {req['gpu']:g} GPU per trial"]
     elif res.distributed:
         backend = "nccl" if res.gpu_per_worker > 0 else "gloo"
         lines = [f"resources:  DDP, {res.workers} worker{'s' if res.workers != 1 else ''} x "

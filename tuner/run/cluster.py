@@ -388,7 +388,7 @@ def _check_trainable_file_travels(spec, workdir: Path, spec_dir_in_job: Path) ->
     directory, then beside the spec (``spec_dir_in_job``, here). A module trainable, or an
     absolute path (a shared folder, perhaps), is left to the cluster.
     """
-    target = spec.trainable.rpartition(":")[0]
+    target = (spec.trainable_ref or "").rpartition(":")[0]
     if not target.endswith(".py") or Path(target).is_absolute():
         return
     for folder in dict.fromkeys([workdir, spec_dir_in_job]):

@@ -268,7 +268,7 @@ def _trials_at_once(prepared: Prepared, cluster: Any) -> int | None:
     if prepared.cluster is None:
         check_fits(spec, cluster)
     max_concurrent = spec.max_concurrent_trials
-    if spec.resources.distributed:
+    if spec.ray_train_ddp:
         # A DDP trial's actor asks for no CPU: cap the drivers at the trials that fit,
         # so that no Train run waits for workers while holding a trial slot.
         fit = trials_that_fit(spec, cluster)
@@ -384,7 +384,7 @@ def _callbacks(prepared: Prepared, abort: ExperimentStopper, scheduler: Any, pac
     return [*build_callbacks(spec, path if prepared.remote else None), abort,
             StopOnFullDisk(),
             # Only DDP trials leave a placement group (its step hook looks at every trial).
-            *([PlacementGroupReleaser(prepared.location)] if spec.resources.distributed else []),
+            *([PlacementGroupReleaser(prepared.location)] if spec.ray_train_ddp else []),
             # The same scheduler object: it is saved with the experiment, for a resume.
             *([SchedulerStateCallback(scheduler)] if isinstance(scheduler, KeepsState) else []),
             # Torn-write snapshots of Ray's state, for a local disk (a cloud put is whole).

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
 from tuner.experiment.layout import REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT
-from tuner.spec import (Spec, SpecError, SpecIssue, check_extras, check_trainable, import_roots, load_spec,
-                        resolve_trainable, trainable_dirs, trainable_reference)
+from tuner.spec import (Spec, SpecError, SpecIssue, check_command, check_extras, check_trainable, import_roots,
+                        load_spec, resolve_trainable, trainable_dirs, trainable_reference)
 
 if TYPE_CHECKING:
     from tuner.resources.sizing import ClusterResources
@@ -166,6 +166,11 @@ def _the_trainable(spec: Spec, trainable: Callable | None) -> tuple[Spec, Callab
         # What the experiment records (for `tuner resume`): the callable's import path, when it has one.
         ref = trainable_reference(trainable)
         spec = load_spec(spec, trainable=ref) if ref else spec.model_copy(update={"trainable": None})
+    if trainable is None and spec.command is not None:
+        from tuner.run.command import command_trainable
+
+        check_command(spec)
+        return spec, command_trainable(spec)
     fn = trainable if trainable is not None else resolve_trainable(spec)
     check_trainable(spec, fn)
     return spec, fn
@@ -210,6 +215,8 @@ def _experiment_name(spec: Spec, *, refuse: bool, resume: bool) -> tuple[Spec, s
 
 def _python_path(spec: Spec, fn: Callable) -> list[str]:
     """Folders the trial workers need on ``sys.path``: the spec's trainable folders, then the function's roots."""
+    if spec.command is not None:  # the program runs in its own process; tuner's own modules are installed
+        return trainable_dirs(spec)
     return list(dict.fromkeys([*trainable_dirs(spec), *import_roots(fn)]))
 
 
@@ -549,6 +556,11 @@ def _rename_note(prepared: Prepared) -> str:
 def _describe_trainable(trainable: Any) -> str:
     from tuner.spec import is_class_trainable
 
+    command = getattr(trainable, "command", None)
+    if command is not None and hasattr(command, "metrics"):  # a command trial (tuner.run.command.CommandTrial)
+        import shlex
+
+        return (f"command {shlex.join(command.command)} (metrics: {command.metrics}; in {trainable.cwd})")
     where = f"{getattr(trainable, '__module__', '?')}:{getattr(trainable, '__name__', '?')}"
     return f"{where} (class trainable)" if is_class_trainable(trainable) else where
 
@@ -591,7 +603,7 @@ def save_run_record(prepared: Prepared) -> None:
     record: dict[str, Any] = {
         "spec_source": str(Path(spec.source).resolve()) if spec.source else None,
         "python_path": prepared.python_path,
-        "trainable": spec.trainable,
+        "trainable": spec.command.model_dump(mode="json") if spec.command else spec.trainable,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "time_budget_s": spec.time_budget_s,  # read by a restored ExperimentStopper
     }

@@ -514,7 +514,7 @@ def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike
     """
     if is_class_trainable(fn):
         return class_trainable(fn, spec, os.fspath(experiment_path), trial_seed=trial_seed)
-    if spec.resources.distributed:
+    if spec.ray_train_ddp:
         entry: Callable = functools.partial(_ddp_trial, lean=os.environ.get(LEAN_DDP_ENV, "1") != "0")
     else:
         entry = _single_process_trial
@@ -693,7 +693,7 @@ def reuse_actors(trainable: Any, spec: Spec) -> bool:
     ``test_pbt_exploits_a_class_trainable`` under a load of three such runs at once, 0 in 18
     without reuse.
     """
-    if os.environ.get("TUNER_REUSE_ACTORS", "1") == "0" or spec.resources.distributed:
+    if os.environ.get("TUNER_REUSE_ACTORS", "1") == "0" or spec.ray_train_ddp:
         return False
     if is_class_trainable(trainable):
         return implements(trainable, "reset_config") and spec.scheduler.type not in POPULATION_SCHEDULERS
@@ -705,8 +705,11 @@ def driver_request(spec: Spec) -> dict[str, float]:
 
     A single-process trial asks for ``resources.cpu``/``gpu``. A DDP trial's actor only
     drives the Ray Train run, whose workers ask for their own resources, so it asks for
-    no CPU (1 byte of memory keeps Ray's resource request non-empty).
+    no CPU (1 byte of memory keeps Ray's resource request non-empty). A command trial under
+    ``torchrun`` asks for all its workers' resources: its processes run inside this one.
     """
-    if spec.resources.distributed:
+    if spec.ray_train_ddp:
         return {"cpu": 0, "memory": 1}
+    if spec.resources.distributed:
+        return {"cpu": float(spec.resources.total["cpu"]), "gpu": float(spec.resources.total["gpu"])}
     return {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.total["gpu"])}
