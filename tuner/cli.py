@@ -429,6 +429,40 @@ def dashboard(paths, port, host) -> None:
     os._exit(0)
 
 
+@cli.command("convert")
+@click.argument("source", metavar="SOURCE", type=click.Path(exists=True, dir_okay=False))
+@click.option("--trainable", metavar="REF", default=None,
+              help="module:function (or path/file.py:function): this train function is the trial, instead of "
+                   "the source's program or container command.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, metavar="OUT",
+              help="Write the spec to OUT (a new file; see --force) instead of printing it.")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+def convert_command(source, trainable, output, force) -> None:
+    """Convert a W&B sweep configuration or a Katib Experiment (SOURCE) into a tuner spec.
+
+    The spec goes to stdout, or to OUT. Whatever does not map exactly is named in a comment in
+    the spec and on stderr, with the equivalent used. Nothing is written for a SOURCE that
+    cannot be converted (exit 2).
+    """
+    from tuner.convert import convert
+    from tuner.experiment.files import atomic_write
+
+    if output and os.path.exists(output) and not force:
+        raise InputError("the file exists; tuner convert does not overwrite it (give --force to replace it, or "
+                         "another -o).", output)
+    if output and not os.path.isdir(os.path.dirname(output) or "."):
+        raise InputError("its folder does not exist; create it first.", output)
+    converted = convert(source, trainable, out_dir=os.path.dirname(output) or "." if output else None)
+    for note in converted.notes:
+        where = f"{source}:{note.line}" if note.line else source
+        click.echo(f"tuner convert: note: {where}: {note.text()}", err=True)
+    if output:
+        atomic_write(output, converted.text)
+        click.echo(f"Spec: {output} ({len(converted.notes)} notes)", err=True)
+    else:
+        click.echo(converted.text, nl=False)
+
+
 @cli.command("schema")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the schema to this file instead of printing it, e.g. schema/tuner-spec.schema.json.")

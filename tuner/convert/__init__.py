@@ -60,7 +60,7 @@ def detect(source: Source) -> str:
 
 
 def convert(path_or_text: str | os.PathLike, trainable: str | None = None, *, name: str | None = None,
-            validate: bool = True) -> Converted:
+            out_dir: str | os.PathLike | None = None, validate: bool = True) -> Converted:
     """Convert a W&B sweep configuration or a Katib Experiment into a tuner spec.
 
     Args:
@@ -68,6 +68,9 @@ def convert(path_or_text: str | os.PathLike, trainable: str | None = None, *, na
         trainable: ``module:function`` (or ``path/file.py:function``): the train function that
             replaces the source's program or container command as the trial; None: a command trial.
         name: How messages and the spec's header name the source; default the path (or ``<text>``).
+        out_dir: The folder the spec will be written to, for a source file: where it is not the
+            source's folder, the command trial's ``cwd`` is the source's folder (relative to it),
+            so that the program's relative paths still hold. None: beside the source.
         validate: Whether the spec is validated (:func:`tuner.spec.load_spec`) before it is returned.
 
     Returns:
@@ -83,6 +86,13 @@ def convert(path_or_text: str | os.PathLike, trainable: str | None = None, *, na
     source = read_source(path_or_text, name)
     fmt = detect(source)
     spec = convert_experiment(source, trainable) if fmt == "katib" else convert_sweep(source, trainable)
+    if out_dir is not None and isinstance(spec.get("trainable"), dict) and os.path.isfile(source.name):
+        folder = os.path.dirname(os.path.abspath(source.name))
+        cwd = os.path.relpath(folder, os.path.abspath(out_dir))
+        if cwd.split(os.sep)[:3] == [os.pardir] * 3:  # far away: its absolute path reads better
+            cwd = folder
+        if cwd != os.curdir:
+            spec["trainable"]["cwd"] = cwd.replace(os.sep, "/")
     shown = os.path.basename(source.name) if source.name != "<text>" else source.name
     header = [f"Converted by `tuner convert` from {shown} ({FORMATS[fmt]}). Each comment below names what does "
               "not map exactly, and what the spec does instead."]

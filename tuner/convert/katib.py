@@ -491,6 +491,7 @@ def _trainable(source: Source, spec_in: Mapping, names: dict[str, str], trainabl
         source.note(("trainable", "command"), (*cpath, "args"), "the container has args only (its image's "
                     "entrypoint comes first in Katib); the spec runs the args as the command.")
     metrics, metrics_path = _metrics(source, spec_in)
+    items = _local_script(source, items, container.get("image", "(none)"))
     argv = []
     for text, where in items:
         if metrics_path and metrics_path in text:
@@ -503,15 +504,29 @@ def _trainable(source: Source, spec_in: Mapping, names: dict[str, str], trainabl
         source.note(("trainable", "metrics"), ("spec", "metricsCollectorSpec", "source", "fileSystemPath", "path"),
                     f"the script must append its metrics lines to $TUNER_METRICS_FILE ({metrics} in the trial's "
                     f"folder) instead of {metrics_path}.")
-    source.note(("trainable", "command"), (*cpath, "image"), f"the command runs on this machine (or the Ray "
-                f"cluster), not in the image {container.get('image', '(none)')}: its paths are the image's; check "
-                "them (the script's path, data folders).")
     env = _env(source, container, cpath)
     for key in ("resources", "workingDir"):
         if container.get(key) is not None:
             field = "resources" if key == "resources" else "trainable.cwd"
             source.note(("trainable",), (*cpath, key), f"dropped: set the spec's {field} for this machine.")
     return trainable_section(argv, metrics, None, env or None)
+
+
+def _local_script(source: Source, items: list[tuple[str, tuple]], image: str) -> list[tuple[str, tuple]]:
+    """The command with the image's Python script (``python3 /opt/app/train.py``) as a script beside the spec
+    (``train.py``): the command runs on this machine, not in the image."""
+    out = list(items)
+    if len(out) >= 2 and posixpath.basename(out[0][0]) in ("python", "python3") and out[1][0].endswith(".py") \
+            and out[1][0].startswith("/"):
+        script, where = out[1]
+        out[1] = (posixpath.basename(script), where)
+        source.note(("trainable", "command"), where, f"the image's {script} becomes {out[1][0]} beside the spec "
+                    f"(trainable.cwd): the command runs on this machine or the Ray cluster, not in {image}; copy "
+                    "the script out of the image, and check the other paths it is given.")
+    else:
+        source.note(("trainable", "command"), items[0][1], f"the command runs on this machine or the Ray cluster, "
+                    f"not in the image {image}: check the paths it is given.")
+    return out
 
 
 def _container(source: Source, template: Mapping) -> tuple[Mapping, tuple]:

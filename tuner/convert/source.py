@@ -215,6 +215,9 @@ def read_source(path_or_text: str | os.PathLike, name: str | None = None) -> Sou
                 text = handle.read()
         except (OSError, UnicodeDecodeError) as err:
             raise ConvertError(f"cannot read the file: {err}.", name) from None
+    elif "\n" not in path_or_text and path_or_text.strip().lower().endswith((".yaml", ".yml", ".json")):
+        raise ConvertError("file not found; give the path of a W&B sweep configuration or a Katib Experiment.",
+                           name or path_or_text)
     else:
         text, name = str(path_or_text), name or "<text>"
     data, marks = parse_yaml(text, name)
