@@ -54,7 +54,7 @@ def detect(source: Source) -> str:
     if data.get("kind") == "Experiment" or "apiVersion" in data:
         raise source.error(("apiVersion",) if "apiVersion" in data else ("kind",),
                            "a Katib Experiment needs `apiVersion: kubeflow.org/v1beta1` and `kind: Experiment`.")
-    raise source.error((), "is neither a W&B sweep configuration (a mapping with `method:` and `parameters:`) "
+    raise source.error((), "the file is neither a W&B sweep configuration (a mapping with `method:` and `parameters:`) "
                        "nor a Katib Experiment (`apiVersion: kubeflow.org/v1beta1`, `kind: Experiment`); "
                        "tuner convert reads those two.")
 

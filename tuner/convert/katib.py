@@ -320,7 +320,7 @@ def _number_list(source: Source, values: Any, path: tuple) -> list:
 
 
 def _parameter(source: Source, path: tuple, where: tuple, param: Mapping, grid: bool) -> Any:
-    kind = source.choice(source.required(param, path, "parameterType", ", ".join(PARAMETER_TYPES)),
+    kind = source.choice(source.required(param, path, "parameterType", "one of " + ", ".join(PARAMETER_TYPES)),
                          (*path, "parameterType"), PARAMETER_TYPES, "parameterType")
     space_path = (*path, "feasibleSpace")
     space = source.mapping(source.required(param, path, "feasibleSpace", "the parameter's values or range"),

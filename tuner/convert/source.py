@@ -154,7 +154,7 @@ class Source:
     def required(self, mapping: Mapping, path: tuple, key: str, what: str) -> Any:
         """``mapping[key]``, or a :class:`ConvertError` naming the missing key and what it holds."""
         if key not in mapping or mapping[key] is None:
-            raise self.error(path, f"has no `{key}`; it is required: {what}.")
+            raise self.error((*path, key), f"is missing; it is required ({what}).")
         return mapping[key]
 
     def choice(self, value: Any, path: tuple, allowed: Iterable[str], what: str) -> str:

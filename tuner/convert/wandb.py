@@ -347,7 +347,8 @@ def _trainable(source: Source, data: Mapping, space: Mapping, trainable: str | N
                            "give tuner convert --trainable module:function.")
     if program is not None:
         source.text(program, ("program",))
-    if command is None:
+    default = command is None
+    if default:
         command = DEFAULT_COMMAND
     elif not isinstance(command, list) or not command:
         raise source.error(("command",), "must be a non-empty list of the command's items.")
@@ -356,21 +357,29 @@ def _trainable(source: Source, data: Mapping, space: Mapping, trainable: str | N
         if data.get(key) is not None:
             env[var] = str(data[key])
     nested = any("." in name for name in _leaves(space))
-    argv = _command(source, command, program, space, nested)
+    argv = _command(source, command, program, space, nested, default)
     return trainable_section(argv, "json", None, env or None)
 
 
-def _command(source: Source, command: list, program: Any, space: Mapping, nested: bool) -> list[str]:
-    """The sweep's command with its macros replaced (a macro is a whole item, as the W&B agent reads it)."""
+def _command(source: Source, command: list, program: Any, space: Mapping, nested: bool,
+             default: bool = False) -> list[str]:
+    """The sweep's command with its macros replaced (a macro is a whole item, as the W&B agent reads it);
+    ``default``: the sweep gives none, and this is W&B's default command for its ``program``."""
     names = _leaves(space)
     out: list[str] = []
     where = ("trainable", "command")
+    if default:
+        source.note(where, ("program",), "W&B's default command ${env} ${interpreter} ${program} ${args} becomes "
+                    "python PROGRAM --name={name}...: ${env} (/usr/bin/env) is dropped, and `python` first is the "
+                    "Python that runs tuner.")
     for i, item in enumerate(command):
-        path = ("command", i)
+        path = ("program",) if default else ("command", i)
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise source.error(path, f"each item of the command is text, but got {item!r}.")
         item = str(item)
         if item == "${env}":
+            if default:
+                continue
             source.note(where, path, "${env} (/usr/bin/env) is dropped: tuner runs the program itself, and "
                         "`python` first is the Python that runs tuner.")
         elif item == "${interpreter}":
