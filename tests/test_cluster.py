@@ -628,3 +628,64 @@ def test_the_wandb_key_travels_only_for_an_online_run_on_a_cluster_tuner_did_not
         (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ENVS ")]
         seen[where] = json.loads(line[len("ENVS "):])
     assert seen == {"cluster": [{"WANDB_API_KEY": key}, {}, {}], "local": [{}, {}, {}]}
+
+
+MEETING_SCRIPT = """\
+import json, os, sys, time
+
+meet, x = sys.argv[1], sys.argv[2]
+os.makedirs(meet, exist_ok=True)
+open(os.path.join(meet, os.environ["TUNER_TRIAL_ID"]), "w").close()
+for _ in range(3000):  # until both trials run at once (10 minutes at most): one on each node
+    if len(os.listdir(meet)) >= 2:
+        break
+    time.sleep(0.2)
+print(json.dumps({"loss": float(x), "cwd": os.getcwd(), "here": os.path.isfile("meet.py")}), flush=True)
+"""
+
+COMMAND_SPEC = """\
+name: command-job
+trainable:
+  command: [python, meet.py, "{meet}", "{x}"]
+metric: loss
+mode: min
+num_samples: 2
+param_space:
+  x: {type: uniform, low: 0, high: 1}
+  meet: MEET
+resources: {cpu: 1}
+reporting: {cli: false}
+"""
+
+
+def test_submit_a_command_trial_runs_the_script_from_each_nodes_copy_of_the_working_dir(cluster, tmp_path, run_cli):
+    """A command trial's script travels with the job's working directory: the two trials meet, one on each node,
+    and each runs the script in its own node's unpacked copy (two different folders, each holding meet.py). A spec
+    outside the working directory, or a script outside it, is refused before anything is sent."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "meet.py").write_text(MEETING_SCRIPT)
+    spec = work / "spec.yaml"
+    spec.write_text(COMMAND_SPEC.replace("MEET", str(tmp_path / "met")))
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(spec.read_text())
+    (tmp_path / "beside.py").write_text(MEETING_SCRIPT)
+    script_outside = work / "script_outside.yaml"
+    script_outside.write_text(spec.read_text().replace("python, meet.py", "python, ../beside.py"))
+    env, dash = client_env(cluster), cluster["dashboard"]
+    shared = ["--storage", str(tmp_path / "shared")]
+    before = _job_ids(cluster)
+    for args, expected in [
+        ((outside, "--working-dir", work), f"the spec lies outside the working directory {work}"),
+        ((script_outside, "--working-dir", work), f"the command's script {tmp_path / 'beside.py'} is outside"),
+    ]:
+        proc = run_cli("submit", *args, "--address", dash, *shared, env=env)
+        assert proc.returncode == 2 and expected in proc.stderr, proc.stdout + proc.stderr
+    assert _job_ids(cluster) == before, "a refused submit sent a job"
+    proc = run_cli("submit", spec, "--address", dash, "--working-dir", work, *shared, "--wait", timeout=400,
+                   env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    df = pd.read_csv(tmp_path / "shared" / "command-job" / "results.csv")
+    assert list(df["status"]) == ["TERMINATED"] * 2
+    rows = [row for f in (tmp_path / "shared" / "command-job").glob("*/result.json") for row in _whole_rows(f)]
+    assert len({row["cwd"] for row in rows}) == 2 and all(row["here"] for row in rows), rows

@@ -388,6 +388,9 @@ def _check_trainable_file_travels(spec, workdir: Path, spec_dir_in_job: Path) ->
     directory, then beside the spec (``spec_dir_in_job``, here). A module trainable, or an
     absolute path (a shared folder, perhaps), is left to the cluster.
     """
+    if spec.command is not None:
+        _check_command_travels(spec, workdir, spec_dir_in_job)
+        return
     target = (spec.trainable_ref or "").rpartition(":")[0]
     if not target.endswith(".py") or Path(target).is_absolute():
         return
@@ -398,6 +401,31 @@ def _check_trainable_file_travels(spec, workdir: Path, spec_dir_in_job: Path) ->
     raise spec.error("trainable", f"the file {target!r} is not in the working directory {workdir} (relative paths "
                      "resolve against it in the job), so it would not reach the cluster; move it there, or pass "
                      "--working-dir.")
+
+
+def _check_command_travels(spec, workdir: Path, spec_dir_in_job: Path) -> None:
+    """Refuse a command trial whose working directory or script would not be in the job's working directory.
+
+    The command runs in ``trainable.cwd`` relative to the spec's folder, so the spec must lie in the
+    uploaded working directory (a spec that travels as text lands in a folder of its own there), and so
+    must the command's folder and a ``python SCRIPT``'s script.
+    """
+    from tuner.spec import command_cwd
+
+    if spec_dir_in_job != Path(spec.source).resolve().parent:
+        raise spec.error("trainable", f"a command trial runs its command relative to the spec's folder, but the spec "
+                         f"lies outside the working directory {workdir}, so that folder would not reach the "
+                         "cluster; move the spec into the working directory, or pass --working-dir.")
+    cwd = command_cwd(spec)
+    words = spec.command.command
+    script = cwd / words[1] if spec.command.runs_python and len(words) > 1 and not words[1].startswith("-") \
+        else None
+    for what, path, field in (("working directory", cwd, "trainable.cwd" if spec.command.cwd else "trainable"),
+                              ("script", script, "trainable.command.1")):
+        if path is not None and not path.resolve().is_relative_to(workdir):
+            raise spec.error(field, f"the command's {what} {path.resolve()} is outside the working directory "
+                             f"{workdir} (it is uploaded with the job), so it would not reach the cluster; move it "
+                             "there, or pass --working-dir.")
 
 
 def stage_submitted_spec(job_spec: str | os.PathLike) -> Path:
