@@ -170,3 +170,27 @@ def test_wandb_distributions(distribution, expected):
 
     text = f"program: t.py\nmethod: random\nrun_cap: 3\nparameters:\n  x: {distribution}\n"
     assert convert(text).spec["param_space"]["x"] == expected
+
+
+@pytest.mark.slow
+def test_a_converted_sweep_runs_the_example_script(tmp_path):
+    """A W&B sweep of examples/train_script.py (random search, hyperband), converted, runs: 3 trials end
+    TERMINATED, the best with the val_accuracy the script printed (about 25 s on 2 CPUs, hence slow)."""
+    shutil.copy(ROOT / "examples" / "train_script.py", tmp_path / "train_script.py")
+    (tmp_path / "sweep.yaml").write_text(
+        "program: train_script.py\nname: script sweep\nmethod: random\nrun_cap: 3\n"
+        "metric: {name: val_accuracy, goal: maximize}\n"
+        "parameters:\n  lr: {distribution: log_uniform_values, min: 0.01, max: 0.3}\n"
+        "  hidden: {values: [32, 64]}\n  epochs: {value: 3}\n"
+        "early_terminate: {type: hyperband, min_iter: 1, eta: 3}\n")
+    made = tuner("convert", "sweep.yaml", "-o", "spec.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    ran = tuner("run", "spec.yaml", "--storage", str(tmp_path / "runs"), "--num-cpus", "2", "--set", "seed=0",
+                cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    summary = yaml.safe_load((tmp_path / "runs" / "script-sweep" / "summary.json").read_text())
+    assert summary["trials"]["total"] == 3
+    assert set(summary["trials"]["by_status"]) == {"TERMINATED"}
+    assert summary["metric"] == "val_accuracy" and summary["mode"] == "max"
+    assert 0.0 < summary["best"]["metrics"]["val_accuracy"] <= 1.0
+    assert summary["best"]["config"]["hidden"] in (32, 64) and summary["best"]["config"]["epochs"] == 3
