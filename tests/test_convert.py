@@ -124,6 +124,13 @@ def test_trainable_replaces_the_command_and_the_spec_validates(tmp_path):
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
 
 
+def test_a_trainable_that_is_no_reference_exits_2_naming_the_option(tmp_path):
+    out = tuner("convert", "wandb_grid.yaml", "--trainable", "train.py", "-o", str(tmp_path / "spec.yaml"))
+    assert out.returncode == 2
+    assert out.stderr.startswith("tuner: error: --trainable train.py: trainable must be 'package.module:function'")
+    assert not (tmp_path / "spec.yaml").exists()
+
+
 def test_the_text_reads_back_as_the_spec_and_every_note_is_a_comment():
     from tuner.convert import convert
 

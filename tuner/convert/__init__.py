@@ -98,11 +98,11 @@ def convert(path_or_text: str | os.PathLike, trainable: str | None = None, *, na
               "not map exactly, and what the spec does instead."]
     text = render(spec, source.notes, header)
     if validate:
-        _validate(text, source)
+        _validate(text, source, trainable)
     return Converted(spec, text, list(source.notes), fmt)
 
 
-def _validate(text: str, source: Source) -> None:
+def _validate(text: str, source: Source, trainable: str | None) -> None:
     """Validate the spec's text as ``tuner validate`` would (without importing a trainable)."""
     from tuner.spec import SpecError, load_spec, parse_yaml
 
@@ -110,6 +110,8 @@ def _validate(text: str, source: Source) -> None:
         load_spec(parse_yaml(text, "<converted>")[0])
     except SpecError as err:
         issue = err.issues[0]
+        if trainable and issue.path == "trainable":
+            raise ConvertError(issue.message, f"--trainable {trainable}") from None
         parts = tuple(issue.path.split(".")) if issue.path else ()
         origin = next((source.origins[parts[:i]] for i in range(len(parts), 0, -1) if parts[:i] in source.origins),
                       ())

@@ -550,6 +550,10 @@ def _env(source: Source, container: Mapping, cpath: tuple) -> dict[str, str]:
         name = source.text(item.get("name"), (*cpath, "env", i, "name"))
         if "value" in item:
             env[name] = str(item["value"])
+            if "${trialParameters." in env[name]:
+                source.note(("trainable", "env"), (*cpath, "env", i, "value"), f"{name}'s "
+                            "${trialParameters...} stays as it is: tuner fills placeholders in the command only "
+                            "(the script finds the whole config in $TUNER_CONFIG).")
         else:
             source.note(("trainable", "env"), (*cpath, "env", i), f"{name}'s valueFrom (a Kubernetes secret or "
                         "field) is dropped: set it in the environment tuner runs in.")

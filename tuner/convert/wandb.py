@@ -341,6 +341,10 @@ def _trainable(source: Source, data: Mapping, space: Mapping, trainable: str | N
         for key in ("program", "command"):
             if data.get(key) is not None:
                 source.note(("trainable",), (key,), f"dropped: --trainable {trainable} is the trial instead.")
+        for key in ("project", "entity"):
+            if data.get(key) is not None:
+                source.note(("trainable",), (key,), "dropped: a train function logs to W&B through the spec's "
+                            f"reporting.wandb ({key}: {data[key]}), which needs pip install tuner[wandb].")
         return trainable
     if program is None and command is None:
         raise source.error((), "has neither `program` nor `command`, so there is no script to run; add one, or "
