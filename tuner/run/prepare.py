@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 
 from tuner.errors import ClusterError, ExperimentError
 from tuner.experiment.layout import REPLAY_POLICY, RUN_RECORD, SPEC_SNAPSHOT
-from tuner.spec import (Spec, SpecError, SpecIssue, check_command, check_extras, check_trainable, import_roots,
-                        load_spec, resolve_trainable, trainable_dirs, trainable_reference)
+from tuner.spec import (Spec, SpecError, SpecIssue, check_command, check_extras, check_trainable, command_cwd,
+                        import_roots, load_spec, resolve_trainable, trainable_dirs, trainable_reference)
 
 if TYPE_CHECKING:
     from tuner.resources.sizing import ClusterResources
@@ -604,6 +604,8 @@ def save_run_record(prepared: Prepared) -> None:
         "spec_source": str(Path(spec.source).resolve()) if spec.source else None,
         "python_path": prepared.python_path,
         "trainable": spec.command.model_dump(mode="json") if spec.command else spec.trainable,
+        # where a command trial's program runs: `tuner resume` finds it there when the spec file is gone
+        "command_cwd": str(command_cwd(spec)) if spec.command else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "time_budget_s": spec.time_budget_s,  # read by a restored ExperimentStopper
     }
@@ -702,7 +704,8 @@ def prepare_resume(
                       Path(record["spec_source"]).is_file() else None)
     current = load_spec(source) if source else saved
     old, new = saved.model_dump(mode="json"), current.model_dump(mode="json")
-    changed = [f for key in _RESUME_FIXED for f in _changed_fields(old.get(key), new.get(key), key + ".")]
+    changed = [f for key in _RESUME_FIXED for f in _changed_fields(old.get(key), new.get(key), key + ".")
+               if f != "trainable.cwd"]  # a command's folder may move (a resume from the snapshot records it whole)
     for key in ("num_samples", "time_budget_s"):
         before, after = (float("inf") if v is None else v for v in (old.get(key), new.get(key)))
         if after < before:
@@ -711,6 +714,10 @@ def prepare_resume(
         raise SpecError([SpecIssue("", f"the spec changed since this experiment started, so it cannot be resumed: "
                                    f"{', '.join(changed)}. Undo those changes, or start a new experiment "
                                    "with `tuner run --name NEW`.")], str(source))
+    if source is None and current.command is not None and record.get("command_cwd"):
+        # The snapshot's folder is the experiment's, not the spec's: the command runs where it ran.
+        current = current.model_copy(update={"trainable": current.command.model_copy(
+            update={"cwd": record["command_cwd"]})})
     current = load_spec(current, name=name, storage=storage)
     check_state(path)
     _refuse_an_unfinished_replay(path, record.get("replay"))

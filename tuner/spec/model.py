@@ -372,6 +372,10 @@ class Spec(_Model):
         if self.amp:
             raise _fail("amp", "amp turns on mixed precision through tuner.trial.autocast() in a train function; "
                         "a command trial's script sets up its own (torch.autocast), so drop amp.")
+        if self.resources.auto_gpu:
+            raise _fail("resources.gpu", "gpu: auto learns each config's GPU memory from the train function's own "
+                        "process, and a command trial's program is another process; give the trial a GPU share "
+                        "instead (gpu: 1, or a fraction such as 0.5 to pack two trials on a GPU).")
         if self.resources.distributed and not command.runs_python:
             raise _fail("trainable.command.0", f"resources.workers runs the command under torchrun, which starts "
                         f"a Python script, but the command starts with {command.command[0]!r}; write it as "
