@@ -11,7 +11,9 @@ Markers for a fenced ```yaml block, on the line right before its fence (blank li
   resolves), and the resources of one trial against that fixed machine (:func:`tuner.resources.sizing.check_fits`;
   not for a spec with ``ray.address``, whose cluster's resources apply). Left out as the machine's, not the spec's:
   the optional packages of ``reporting.wandb``/``mlflow``, a cluster's reachability, ``search.warm_start``'s
-  earlier experiments.
+  earlier experiments. A command trial's spec (``trainable: {command: ...}``) has its program checked instead
+  (:func:`tuner.spec.check_command`), the file written into a ``search_spaces/`` folder beside a link to the
+  repository's ``examples/``, so that its script is found as from a shipped spec.
 * ``<!-- spec: needs-gpu -->``: a whole spec that needs a GPU (``gpu: auto``, ``gpu_per_worker: 1`` ...),
   validated as above but on a machine of 8 GPUs (``--num-gpus 8``: Ray's logical GPUs, as tuner's own
   message for a GPU-less machine suggests), so that it passes on a machine without any.
@@ -229,10 +231,13 @@ def _validate(path: Path, num_gpus: int) -> None:
     """What ``tuner validate PATH --num-cpus NUM_CPUS --num-gpus num_gpus`` checks before Ray starts (see the
     module docstring); raises its SpecError."""
     from tuner.resources.sizing import check_fits, local_resources
-    from tuner.spec import check_trainable, load_spec, resolve_trainable
+    from tuner.spec import check_command, check_trainable, load_spec, resolve_trainable
 
     spec = load_spec(path)
-    check_trainable(spec, resolve_trainable(spec))
+    if spec.command is not None:  # a command trial: its program found, as `tuner validate` checks it
+        check_command(spec)
+    else:
+        check_trainable(spec, resolve_trainable(spec))
     if spec.ray.address is None:
         check_fits(spec, local_resources(NUM_CPUS, num_gpus))
 
@@ -267,6 +272,22 @@ def with_main_job(part: str) -> tuple[str, int]:
     return "\n".join(kept) + "\n" + part, len(kept)
 
 
+def _spec_file(folder: Path, text: str) -> Path:
+    """Where a block's spec is written: ``folder/spec.yaml``; a command trial's in ``folder/search_spaces/``
+    beside a link to the repository's ``examples/``, so that its script is found as from a shipped spec
+    (``command: [python, ../examples/train_script.py, ...]``)."""
+    try:
+        trainable = (yaml.safe_load(text) or {}).get("trainable")
+    except (yaml.YAMLError, AttributeError):
+        trainable = None
+    if not isinstance(trainable, dict):
+        return folder / "spec.yaml"
+    (folder / "search_spaces").mkdir(exist_ok=True)
+    if not (folder / "examples").exists():
+        (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    return folder / "search_spaces" / "spec.yaml"
+
+
 def check_block(block: Block, folder: Path) -> str | None:
     """What is wrong with a ```yaml block, by its marker (see the module docstring), or None. The spec is
     written to ``folder/spec.yaml``."""
@@ -280,8 +301,8 @@ def check_block(block: Block, folder: Path) -> str | None:
         except yaml.YAMLError as err:
             return f"{block.where}: the fragment is not YAML: {err}"
         return None
-    path = folder / "spec.yaml"
     text, offset = with_main_job(block.text) if block.marker in ("part", "part-needs-gpu") else (block.text, 0)
+    path = _spec_file(folder, text)
     path.write_text(text)
     if block.marker == "invalid":
         proc = subprocess.run([sys.executable, "-m", "tuner", "validate", str(path), "--num-cpus", str(NUM_CPUS),
@@ -335,6 +356,11 @@ def test_block_checker_catches_mistakes(tmp_path):
     assert "part-needs-gpu" in check("resources: {gpu: auto}\n", "part")
     assert "marked invalid, but `tuner validate` exited 0" in check(good, "invalid")
     assert "unknown marker" in check(good, "gpu")
+    script = ("trainable: {command: [python, ../examples/train_script.py, --lr, '{lr}']}\nmetric: val_accuracy\n"
+              "mode: max\nparam_space:\n  lr: 0.1\n")  # a command trial's script is found as from search_spaces/
+    assert check(script) is None
+    assert "script '../examples/no_such.py' not found" in check(script.replace("train_script", "no_such"))
+    assert "placeholder {width} names no" in check("trainable: {command: [python, -c, pass, '{width}']}\n", "part")
 
 
 def test_yaml_blocks_are_found():
