@@ -201,3 +201,48 @@ def test_a_converted_sweep_runs_the_example_script(tmp_path):
     assert summary["metric"] == "val_accuracy" and summary["mode"] == "max"
     assert 0.0 < summary["best"]["metrics"]["val_accuracy"] <= 1.0
     assert summary["best"]["config"]["hidden"] in (32, 64) and summary["best"]["config"]["epochs"] == 3
+
+
+KATIB_HEAD = ("apiVersion: kubeflow.org/v1beta1\nkind: Experiment\nmetadata: {name: k}\nspec:\n"
+              "  objective: {type: minimize, objectiveMetricName: loss}\n  algorithm: {algorithmName: ALGO}\n"
+              "  trialTemplate:\n    trialSpec: {spec: {template: {spec: {containers: [{name: c, image: i, "
+              "command: [python3, /app/t.py, '--x=${trialParameters.x}']}]}}}}\n"
+              "    trialParameters: [{name: x, reference: x}]\n  parameters:\n")
+
+
+@pytest.mark.parametrize(("algo", "param", "expected"), [
+    ("random", "{name: x, parameterType: double, feasibleSpace: {min: '0.15', max: '0.5', step: '0.1'}}",
+     {"type": "choice", "values": [0.15, 0.25, 0.35, 0.45]}),
+    ("random", "{name: x, parameterType: int, feasibleSpace: {min: '2', max: '10', step: '2'}}",
+     {"type": "qrandint", "low": 2, "high": 10, "q": 2}),
+    ("random", "{name: x, parameterType: int, feasibleSpace: {min: '1', max: '64', distribution: logUniform}}",
+     {"type": "lograndint", "low": 1, "high": 65}),
+    ("grid", "{name: x, parameterType: double, feasibleSpace: {min: '0.1', max: '0.3', step: '0.1'}}",
+     {"type": "choice", "values": [0.1, 0.2, 0.3]}),
+    ("tpe", "{name: x, parameterType: discrete, feasibleSpace: {list: ['1', '2.5']}}",
+     {"type": "choice", "values": [1, 2.5]}),
+])
+def test_katib_parameters(algo, param, expected):
+    from tuner.convert import convert
+
+    converted = convert(KATIB_HEAD.replace("ALGO", algo) + f"    - {param}\n")
+    assert converted.spec["param_space"]["x"] == expected
+    assert converted.spec["trainable"]["command"] == ["python3", "t.py", "--x={x}"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("program: t.py\nparameters:\n  lr: {values: [1]}\n", "<text>:1:1: method: is missing; it is required"),
+    ("program: t.py\nmethod: random\nparameters:\n  'a b': {values: [1]}\n",
+     "<text>:4:3: parameters.a b: 'a b' is not a parameter name"),
+    ("program: t.py\nmethod: bayes\nparameters:\n  lr: {values: [1]}\n", "<text>:1:1: metric: is missing; method: bayes"),
+    ("program: t.py\nmethod: grid\nparameters:\n  lr: {min: 0.1, max: 0.2}\n",
+     "<text>:4:3: parameters.lr: method grid enumerates only values"),
+    (KATIB_HEAD.replace("ALGO", "grid") + "    - {name: x, parameterType: double, feasibleSpace: {min: '0', max: '1'}}\n",
+     "spec.parameters.0.feasibleSpace: has no step; Katib's grid needs one"),
+])
+def test_convert_errors(text, message):
+    from tuner.convert import ConvertError, convert
+
+    with pytest.raises(ConvertError) as err:
+        convert(text)
+    assert message in str(err.value)

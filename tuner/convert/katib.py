@@ -359,7 +359,8 @@ def _parameter(source: Source, path: tuple, where: tuple, param: Mapping, grid: 
                                "normal draws are floats); use uniform or logUniform.")
         mean, sd = clean_float((low + high) / 2), clean_float((high - low) / 6)
         source.note(where, (*space_path, "distribution"), f"normal over [{low}, {high}] becomes randn with mean "
-                    f"{mean} and sd {sd} ((max-min)/6), unbounded: Katib clips its draws to [min, max].")
+                    f"{mean} and sd {sd} ((max-min)/6); tuner's randn is unbounded, so a draw may fall outside "
+                    "[min, max].")
         return {"type": "randn", "mean": mean, "sd": sd}
     log = dist == "logUniform"
     if log and low <= 0:
@@ -422,7 +423,8 @@ def _containers(node: Any, path: tuple) -> Iterator[tuple[Mapping, tuple]]:
 
 
 def _trial_parameters(source: Source, template: Mapping, names: dict[str, str]) -> dict[str, str]:
-    """Trial parameter name -> its placeholder's name (a parameter's, or ``tuner.trial_id``)."""
+    """Trial parameter name -> its placeholder's name (a parameter's, or ``tuner.trial_id``), or the
+    ``${trialSpec.X}`` reference itself for other Kubernetes metadata (left as text)."""
     path = ("spec", "trialTemplate", "trialParameters")
     items = template.get("trialParameters") or []
     if not isinstance(items, list):
@@ -437,7 +439,7 @@ def _trial_parameters(source: Source, template: Mapping, names: dict[str, str]) 
         elif reference == "${trialSpec.Name}":
             out[name] = "tuner.trial_id"
         elif _TRIAL_SPEC.fullmatch(reference):
-            out[name] = ""
+            out[name] = reference  # Kubernetes metadata: its own text stays
             source.note(("trainable", "command"), (*path, i, "reference"), f"{reference} (Kubernetes metadata of "
                         "the trial) has no tuner value; the text stays as it is.")
         else:
@@ -456,7 +458,7 @@ def _substitute(source: Source, text: str, path: tuple, trial_params: dict[str, 
                                f"trialTemplate.trialParameters; they are: {', '.join(trial_params) or '(none)'}.")
         out.append(literal(text[last:match.start()]))
         target = trial_params[name]
-        out.append(f"{{{target}}}" if target else literal(match.group(0)))
+        out.append(literal(target) if target.startswith("${") else f"{{{target}}}")
         if target == "tuner.trial_id":
             source.note(("trainable", "command"), path, "${trialSpec.Name} (the trial's name) becomes "
                         "{tuner.trial_id}, the trial's id.")

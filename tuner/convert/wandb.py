@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from tuner.convert.common import DEFAULT_NUM_SAMPLES, literal, spec_name, trainable_section
 from tuner.convert.source import Source, clean_float
+from tuner.spec.distributions import PARAM_NAME
 
 #: The top-level keys of a sweep configuration (W&B's schema allows no others).
 KEYS = ("program", "command", "method", "metric", "parameters", "early_terminate", "run_cap", "name",
@@ -37,7 +38,8 @@ _GOALS = {"minimize": "min", "maximize": "max"}
 
 def is_sweep(data: Mapping) -> bool:
     """Whether ``data`` looks like a W&B sweep configuration: ``parameters`` and ``method``, no Kubernetes kind."""
-    return isinstance(data.get("parameters"), Mapping) and "method" in data and data.get("kind") in (None, "sweep")
+    return isinstance(data.get("parameters"), Mapping) and data.get("kind") in (None, "sweep") and \
+        any(key in data for key in ("method", "program", "command"))
 
 
 def convert_sweep(source: Source, trainable: str | None = None) -> dict:
@@ -59,7 +61,8 @@ def convert_sweep(source: Source, trainable: str | None = None) -> dict:
     for key in data:
         if key not in KEYS:
             raise source.error((key,), f"is not a key of a W&B sweep configuration; its keys: {', '.join(KEYS)}.")
-    method = source.choice(data.get("method"), ("method",), METHODS, "method")
+    method = source.choice(source.required(data, (), "method", "grid, random or bayes"), ("method",), METHODS,
+                           "method")
     metric, mode, stop = _metric(source, data.get("metric"), method, data)
     spec: dict[str, Any] = {"name": spec_name(source, data.get("name"), ("name",))}
     params = source.mapping(source.required(data, (), "parameters", "the parameters to sweep"), ("parameters",))
@@ -93,7 +96,8 @@ def _metric(source: Source, metric: Any, method: str, data: Mapping) -> tuple[st
     if metric is None:
         for key, why in (("bayes", "method: bayes"), ("early_terminate", "early_terminate")):
             if (method == key) if key == "bayes" else data.get(key) is not None:
-                raise source.error((), f"has no `metric`; {why} needs one (metric: {{name: NAME, goal: minimize}}).")
+                raise source.error(("metric",), f"is missing; {why} needs one (metric: {{name: NAME, goal: "
+                                   "minimize}).")
         return None, None, None
     metric = source.mapping(metric, ("metric",))
     for key in metric:
@@ -159,6 +163,9 @@ def _kind(source: Source, path: tuple, config: Mapping) -> str:
 
 def _parameter(source: Source, path: tuple, config: Any, method: str) -> Any:
     """One entry of ``parameters`` as a ``param_space`` entry (a distribution, a constant or a group)."""
+    if not PARAM_NAME.match(str(path[-1])):
+        raise source.error(path, f"{path[-1]!r} is not a parameter name: it starts with a letter or '_' and holds "
+                           "only letters, digits, '_', '.' and '-' (W&B's rule and tuner's).")
     config = source.mapping(config, path, "a mapping (values, value, distribution, min/max or parameters)")
     if "parameters" in config:
         extra = [k for k in config if k != "parameters"]
