@@ -228,7 +228,6 @@ def read_source(path_or_text: str | os.PathLike, name: str | None = None) -> Sou
     return Source(data, marks, name)
 
 
-def clean_float(value: float) -> float | int:
+def clean_float(value: float) -> float:
     """A computed bound without float noise: 12 significant digits (``exp(log(1e-4))`` -> ``0.0001``)."""
-    out = float(f"{value:.12g}")
-    return out
+    return float(f"{value:.12g}")
