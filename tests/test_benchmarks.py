@@ -167,6 +167,22 @@ def test_overhead_benchmark_writes_ratios_and_validate_time(tmp_path):
 
 
 @pytest.mark.slow
+def test_command_overhead_benchmark_writes_both_kinds_of_trial(ray_local, tmp_path):
+    """benchmarks/command_overhead.py --quick on the session's Ray: a function trial and a command trial of the
+    same workload, each row with its figures from Ray's results and the workload's stamps, and the processes'
+    start-ups alone."""
+    out = tmp_path / "bench.md"
+    _bench_main(ray_local, "command_overhead", "--quick", "--output", out)
+    text = out.read_text()
+    assert "## Command trials against function trials" in text and "Machine: " in text
+    for variant in ("function", "command"):
+        (row,) = _table_rows(text, f"{variant} |")
+        assert len(_numbers(row)) == 7 and not re.search(r"\bnan\b", row), row
+    processes = [r for r in text.splitlines() if r.startswith("| `python") or r.startswith("| leader")]
+    assert len(processes) == 3 and all(len(_numbers(r)) == 3 for r in processes)
+
+
+@pytest.mark.slow
 def test_scale_benchmark_writes_ratio_rss_folder_and_report_time(tmp_path):
     out = tmp_path / "bench.md"
     # Side B (benchmarks/raw_ray.py) runs in the overhead test; here tuner's side only, one size.
