@@ -97,6 +97,8 @@ def _tuner_exception_classes() -> set[type]:
 
 def _examples() -> dict[str, BaseException]:
     """One instance of each of tuner's exception classes, built as its raise sites build it (every argument)."""
+    from tuner.convert.source import ConvertError
+    from tuner.run.command import CommandFailedError
     from tuner.spec.yaml_positions import _YAMLIssue
     from tuner.run.trainable import OutOfMemoryBackoffError, TrialTimeoutError
     from tuner.trial import NonFiniteMetricError
@@ -119,6 +121,8 @@ def _examples() -> dict[str, BaseException]:
         OutOfMemoryBackoffError("batch_size 1 cannot be halved"),
         TrialTimeoutError("the trial ran longer than trial_timeout_s"),
         NonFiniteMetricError("loss is nan"),
+        CommandFailedError("the command exited with code 1: python train.py\nlast 1 lines of its stderr:\nboom"),
+        ConvertError("unknown distribution 'beta'", "sweep.yaml", "parameters.lr.distribution", 4, 19),
     ]
     return {f"{type(e).__module__}.{type(e).__qualname__}": e for e in made}
 
