@@ -751,8 +751,12 @@ def _check_param_for_search(path: str, dist: Any, algo: str) -> None:
             quantized_int = False  # Optuna's IntDistribution has a step
         if kind in bad or quantized_int:
             hint = "use choice instead" if kind == "grid" else "use an unquantized range or choice instead"
-            raise _fail(f"param_space.{rel}.type", f"search {algo} cannot sample {kind} parameters; {hint}. "
-                        f"It supports: {_allowed(t for t in DISTRIBUTION_TYPES if t not in bad)}.")
+            what = f"{kind} parameters" if kind in bad else f"{kind} parameters with q > 1 (got q={q:g})"
+            supports = _allowed(t for t in DISTRIBUTION_TYPES if t not in bad)
+            if kind not in bad:
+                supports += f" ({kind} with q: 1 only)"
+            raise _fail(f"param_space.{rel}.type", f"search {algo} cannot sample {what}; {hint}. "
+                        f"It supports: {supports}.")
     if algo == "grid" and dist.is_numeric_range and dist.grid_points is None:
         raise _fail(f"param_space.{rel}", f"grid search enumerates {kind} only with `grid_points: N` "
                     "(N >= 2 points from low to high); add it, or use grid/choice values.")
