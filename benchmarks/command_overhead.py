@@ -22,7 +22,7 @@ workload script, each ``--startup-runs`` times in turns after one warm-up.
 
     python benchmarks/command_overhead.py --trials 8 --reports 5 --repeats 2 --output docs/benchmarks.md
 
-``--quick`` is the smoke test's size (2 trials, 2 reports, no torch, one start-up run each). Writes its
+``--quick`` is the smoke test's size (3 trials, 2 reports, no torch, one start-up run each). Writes its
 section of --output (replacing it) and prints it. A benchmark, not a test: nothing here asserts a time.
 """
 
@@ -93,7 +93,18 @@ def trial_figures(experiment: Path) -> list[dict]:
         out.append({"reports": len(rows), "total_s": rows[-1]["time_total_s"], "first_s": first["time_this_iter_s"],
                     "before_s": first["time_this_iter_s"] - work_s,
                     "imports_s": first["t_imported"] - first["t_started"],
-                    "per_report_s": median([r["time_this_iter_s"] for r in rows[1:]])})
+                    "per_report_s": median([r["time_this_iter_s"] for r in rows[1:]]),
+                    "pid": first["pid"], "start": first["t_sent"] - first["time_this_iter_s"]})
+    return out
+
+
+def cycles(trials: list[dict]) -> list[float]:
+    """Seconds from one trial's start to the next one's on the same worker process (Ray's ``pid``): all a
+    trial costs a reused worker (its run, its program's exit, Tune's reset), without the worker's own start."""
+    out = []
+    for pid in {t["pid"] for t in trials}:
+        starts = sorted(t["start"] for t in trials if t["pid"] == pid)
+        out += [b - a for a, b in zip(starts, starts[1:])]
     return out
 
 
@@ -114,7 +125,7 @@ def run_variant(storage: str, variant: str, trials: int, count: int, num_cpus: i
         raise RuntimeError(f"{variant}: {result.num_errors} errors, {[f['reports'] for f in figures]} reports "
                            f"({result.experiment_path})")
     return {"variant": variant, "wall_s": wall, "load": load, "slot_s": wall * min(num_cpus, trials) / trials,
-            "trials": figures}
+            "cycles": cycles(figures), "trials": figures}
 
 
 def startup_commands(with_torch: bool, count: int) -> dict[str, list[str]]:
@@ -133,17 +144,30 @@ def startup_commands(with_torch: bool, count: int) -> dict[str, list[str]]:
     return commands
 
 
-def time_startups(commands: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
-    """Wall seconds of each command, ``runs`` times in turns after one warm-up round (not counted)."""
-    times: dict[str, list[float]] = {name: [] for name in commands}
+def time_startups(commands: dict[str, list[str]], runs: int) -> dict[str, dict[str, list[float]]]:
+    """Each command ``runs`` times in turns after one warm-up round (not counted): ``wall`` (seconds from start
+    to exit), ``cpu`` (its user + system seconds and its waited-for children's, from ``wait4``) and, for a
+    command that prints, ``exit`` (seconds from its last line read to its exit: the interpreter's shutdown,
+    torch's teardown included)."""
+    times: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": [], "exit": []} for name in commands}
     for round_ in range(runs + 1):
         for name, cmd in commands.items():
             began = time.perf_counter()
-            subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            last = None
+            for _ in proc.stdout:  # type: ignore[union-attr]
+                last = time.perf_counter()
+            _, status, usage = os.wait4(proc.pid, 0)
+            ended = time.perf_counter()
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{cmd} exited {proc.returncode}")
             if round_:
-                times[name].append(time.perf_counter() - began)
+                times[name]["wall"].append(ended - began)
+                times[name]["cpu"].append(usage.ru_utime + usage.ru_stime)
+                if last is not None:
+                    times[name]["exit"].append(ended - last)
     return times
-
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -154,11 +178,11 @@ def main(argv=None) -> None:
     parser.add_argument("--startup-runs", type=int, default=5, help="timed runs of each process alone (default 5)")
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--quick", action="store_true",
-                        help="the smoke test's size: 2 trials, 2 reports, 1 repeat, no torch, 1 start-up run")
+                        help="the smoke test's size: 3 trials, 2 reports, 1 repeat, no torch, 1 start-up run")
     parser.add_argument("--output", type=Path, default=None, help="Markdown file whose section is replaced")
     args = parser.parse_args(argv)
     if args.quick:
-        args.trials, args.reports, args.repeats, args.startup_runs = 2, 2, 1, 1
+        args.trials, args.reports, args.repeats, args.startup_runs = 3, 2, 1, 1
         args.variants = "function,command"
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in chosen if v not in VARIANTS]
@@ -185,8 +209,8 @@ def main(argv=None) -> None:
     write_section(args.output, HEADING, render(args, chosen, runs, startups, load_before, total_s))
 
 
-def render(args, chosen: list[str], runs: list[dict], startups: dict[str, list[float]], load_before: float,
-           total_s: float) -> str:
+def render(args, chosen: list[str], runs: list[dict], startups: dict[str, dict[str, list[float]]],
+           load_before: float, total_s: float) -> str:
     """The section's Markdown: the command, the trial table, the start-up table."""
     loads = ", ".join(f"{r['load']:.1f}" for r in runs)
     lines = [
@@ -198,9 +222,10 @@ def render(args, chosen: list[str], runs: list[dict], startups: dict[str, list[f
         f"computation, 1 CPU a trial on a local Ray of {args.num_cpus} CPUs, actor reuse on; each variant "
         f"{args.repeats} time(s), in turns. The 1-minute load average when each run started: {loads}.",
         "",
-        "| trial | wall per run (s) | slot s per trial | s per trial in the trainable | first report (s) "
-        "| of which before the first line (s) | of which imports (s) | s per later report |",
-        "|---|---|---|---|---|---|---|---|",
+        "| trial | wall per run (s) | slot s per trial | trial to trial on one worker (s) | s per trial in the "
+        "trainable | first report (s) | of which before the first line (s) | of which imports (s), median (max) "
+        "| s per later report |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for variant in chosen:
         mine = [r for r in runs if r["variant"] == variant]
@@ -210,26 +235,57 @@ def render(args, chosen: list[str], runs: list[dict], startups: dict[str, list[f
             return median([t[key] for t in trials])
 
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in mine)
-        lines.append(f"| {variant} | {walls} | {median([r['slot_s'] for r in mine]):.2f} | {med('total_s'):.3f} "
-                     f"| {med('first_s'):.3f} | {med('before_s'):.3f} | {med('imports_s'):.3f} "
+        cycle = median([c for r in mine for c in r["cycles"]])
+        lines.append(f"| {variant} | {walls} | {median([r['slot_s'] for r in mine]):.2f} | {cycle:.3f} "
+                     f"| {med('total_s'):.3f} | {med('first_s'):.3f} | {med('before_s'):.3f} "
+                     f"| {med('imports_s'):.3f} ({max(t['imports_s'] for t in trials):.3f}) "
                      f"| {med('per_report_s'):.4f} |")
     lines += [
         "",
         "Each figure but the wall is the median over the trials of all runs of the variant. Wall: `tune_model` "
         "from call to return (spec checks, Tune, results files; the local Ray was started before). Slot s per "
-        "trial: wall x trials at once / trials. In the trainable: Ray's `time_total_s` at the last report. First "
-        "report: its `time_this_iter_s` (from the trial's first step); before the first line: that minus the "
+        "trial: wall x trials at once / trials (the worker processes' own start included). Trial to trial: from "
+        "one trial's start (its first step) to the next one's on the same reused worker process (Ray's `pid`), "
+        "all a trial costs a warm worker: its run, its program's exit, Tune's reset. In the trainable: Ray's "
+        "`time_total_s` at the last report. First report: its `time_this_iter_s` (from the trial's first step); "
+        "before the first line: that minus the "
         "workload's own time to the report (a command trial: the leader's and the script's Python start-up; a "
         "function trial: Tune's thread start); imports: the workload's (`import torch` for `+ torch`; a function "
-        "trial pays it in the first trial of each worker process only, so its median is near 0).",
+        "trial pays it in the first trial of each worker process only: near 0 in the median, the max shows it).",
     ]
+    differences = [difference(runs, fn, cmd, args) for fn, cmd in (("function", "command"),
+                                                                      ("function + torch", "command + torch"))
+                   if fn in chosen and cmd in chosen]
+    if differences:
+        lines += ["", "A command trial's extra cost over the function trial: " + "; ".join(differences) + "."]
     if startups:
         lines += ["", f"Processes alone (wall seconds, {args.startup_runs} run(s) each in turns after a warm-up):", "",
-                  "| process | median (s) | min (s) | max (s) |", "|---|---|---|---|"]
+                  "| process | median (s) | min (s) | max (s) | CPU s, median | last line to exit, median (s) |",
+                  "|---|---|---|---|---|---|"]
         for name, times in startups.items():
-            lines.append(f"| {name} | {median(times):.3f} | {min(times):.3f} | {max(times):.3f} |")
+            wall, exit_ = times["wall"], times["exit"]
+            lines.append(f"| {name} | {median(wall):.3f} | {min(wall):.3f} | {max(wall):.3f} "
+                         f"| {median(times['cpu']):.3f} | {f'{median(exit_):.3f}' if exit_ else '-'} |")
     return "\n".join(lines) + "\n"
 
+
+def difference(runs: list[dict], function: str, command: str, args) -> str:
+    """``command`` against ``function``: the medians' difference of the seconds in the trainable and of the trial
+    to trial seconds on one worker, and the slot seconds per trial from the two runs' wall times (the runs of one
+    repeat paired)."""
+    fn = [r for r in runs if r["variant"] == function]
+    cmd = [r for r in runs if r["variant"] == command]
+
+    def gap(pick):
+        return median([x for r in cmd for x in pick(r)]) - median([x for r in fn for x in pick(r)])
+
+    in_trainable = gap(lambda r: [t["total_s"] for t in r["trials"]])
+    cycle = gap(lambda r: r["cycles"])
+    at_once = min(args.num_cpus, args.trials)
+    slots = [(c["wall_s"] - f["wall_s"]) * at_once / args.trials for f, c in zip(fn, cmd)]
+    return (f"`{command}` {in_trainable:+.3f} s a trial in the trainable, {cycle:+.3f} s trial to trial on one "
+            f"worker, {median(slots):+.2f} s a trial slot (wall difference x {at_once} / {args.trials}; per repeat "
+            + ", ".join(f"{s:+.2f}" for s in slots) + ")")
 
 if __name__ == "__main__":
     main()

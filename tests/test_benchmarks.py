@@ -177,9 +177,9 @@ def test_command_overhead_benchmark_writes_both_kinds_of_trial(ray_local, tmp_pa
     assert "## Command trials against function trials" in text and "Machine: " in text
     for variant in ("function", "command"):
         (row,) = _table_rows(text, f"{variant} |")
-        assert len(_numbers(row)) == 7 and not re.search(r"\bnan\b", row), row
+        assert len(_numbers(row)) == 9 and not re.search(r"\bnan\b", row), row
     processes = [r for r in text.splitlines() if r.startswith("| `python") or r.startswith("| leader")]
-    assert len(processes) == 3 and all(len(_numbers(r)) == 3 for r in processes)
+    assert len(processes) == 3 and all(len(_numbers(r)) >= 3 for r in processes)
 
 
 @pytest.mark.slow
