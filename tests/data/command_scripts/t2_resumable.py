@@ -8,7 +8,9 @@ it started from) and ``restore_dir`` (``$TUNER_RESTORE_DIR``, ``""`` without one
 
 On each start it appends its pid to $TUNER_TRIAL_DIR/t2_pids.txt, and prints a plain line
 ``t2 start epoch=N restore=DIR argv=JSON`` (no metrics; DIR is ``-`` without a checkpoint) to
-stdout. With $T2_HOLD set (a file path), a start without a checkpoint waits after its first epoch
+stdout; with $T2_STARTS set (a file path outside the trial folder), it appends a JSON line there
+too: ``trial_id`` ($TUNER_TRIAL_ID), ``pid``, ``epoch``, ``restore`` (None without a checkpoint) and
+``argv``. With $T2_HOLD set (a file path), a start without a checkpoint waits after its first epoch
 until that file exists: a gate the test opens.
 """
 
@@ -29,6 +31,10 @@ def main() -> int:
         start = int(Path(restore, "epoch.txt").read_text())
         score = float(Path(restore, "score.txt").read_text())
     print(f"t2 start epoch={start} restore={restore or '-'} argv={json.dumps(sys.argv[1:])}", flush=True)
+    if os.environ.get("T2_STARTS"):
+        with open(os.environ["T2_STARTS"], "a") as f:
+            f.write(json.dumps({"trial_id": os.environ["TUNER_TRIAL_ID"], "pid": os.getpid(), "epoch": start,
+                                "restore": restore or None, "argv": sys.argv[1:]}) + "\n")
     checkpoint = Path(os.environ["TUNER_CHECKPOINT_DIR"])
     hold = os.environ.get("T2_HOLD")
     for epoch in range(start, epochs):
