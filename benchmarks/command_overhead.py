@@ -16,9 +16,10 @@ first report), and the seconds per later report (median ``time_this_iter_s``). T
 the workload's stamps, which split the time to it into the part before the script's (or function's)
 first line, its imports, and the rest. Per run: the wall time of ``tune_model`` (Ray's start excluded:
 the runs share one Ray), and the slot seconds per trial (wall x trials at once / trials: everything a
-trial costs, its process start and end and Tune's bookkeeping included). Then the process start-ups
-alone: ``python -c pass``, ``python -c "import torch"``, the leader around ``python -c pass``, and the
-workload script, each ``--startup-runs`` times in turns after one warm-up.
+trial costs, its process start and end and Tune's bookkeeping included). Then, alone and outside Ray:
+``python -c pass``, ``python -c "import torch"``, the workload script, and one command trial of it (the
+train function ``tune_model`` builds, called in this process: the leader, the script, its lines read),
+each ``--startup-runs`` times in turns after one warm-up.
 
     python benchmarks/command_overhead.py --trials 8 --reports 5 --repeats 2 --output docs/benchmarks.md
 
@@ -34,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,31 +130,63 @@ def run_variant(storage: str, variant: str, trials: int, count: int, num_cpus: i
             "cycles": cycles(figures), "trials": figures}
 
 
-def startup_commands(with_torch: bool, count: int) -> dict[str, list[str]]:
-    """The processes whose start-up is timed alone: name to argument list."""
-    import tuner.run.command_leader as leader
-
+def startup_commands(with_torch: bool, count: int, work: str) -> dict[str, list[str] | Callable[[], None]]:
+    """What is timed alone: name to an argument list (a process), or to a call: one command trial of the
+    workload run outside Ray (:class:`tuner.run.command.CommandTrial` as ``tune_model`` builds it: the leader,
+    the script, its lines read as reports), its trial folder under ``work``."""
     py = python()
-    commands = {"`python -c pass`": [py, "-c", "pass"],
-                "leader + `python -c pass`": [py, leader.__file__, "5", str(os.getpid()), "--", py, "-c", "pass"],
-                f"`python benchmarks/command_workload.py --reports {count}`": [py, str(SCRIPT), "--reports",
-                                                                                str(count)]}
+    commands: dict[str, list[str] | Callable[[], None]] = {
+        "`python -c pass`": [py, "-c", "pass"],
+        f"`python benchmarks/command_workload.py --reports {count}`": [py, str(SCRIPT), "--reports", str(count)],
+        f"a command trial of it outside Ray (`--reports {count}`)": command_trial_call("command", count, work)}
     if with_torch:
         commands['`python -c "import torch"`'] = [py, "-c", "import torch"]
         commands[f"`python benchmarks/command_workload.py --reports {count} --torch`"] = [
             py, str(SCRIPT), "--reports", str(count), "--torch"]
+        commands[f"a command trial of it outside Ray (`--reports {count} --torch`)"] = command_trial_call(
+            "command + torch", count, work)
     return commands
 
 
-def time_startups(commands: dict[str, list[str]], runs: int) -> dict[str, dict[str, list[float]]]:
+def command_trial_call(variant: str, count: int, work: str) -> Callable[[], None]:
+    """One command trial of ``variant`` outside Ray, as a call: the train function ``tune_model`` builds from
+    the spec, on the trial's default options (``tuner.trial.configure``), its reports printed to nowhere."""
+    import contextlib
+    import io
+    import tempfile
+
+    from tuner import trial
+    from tuner.run.prepare import prepare
+
+    train = prepare(variant_spec(variant, 1, count, work, "alone")).trainable
+
+    def call() -> None:
+        trial.configure(trial.TrialOptions())
+        old, tempfile.tempdir = tempfile.tempdir, work  # the trial's folder outside Ray: a temporary one
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                train({"x": 0.5, "reports": count})
+        finally:
+            tempfile.tempdir = old
+            trial.configure(None)
+
+    return call
+
+
+def time_startups(commands: dict[str, list[str] | Callable[[], None]], runs: int) -> dict[str, dict[str, list[float]]]:
     """Each command ``runs`` times in turns after one warm-up round (not counted): ``wall`` (seconds from start
-    to exit), ``cpu`` (its user + system seconds and its waited-for children's, from ``wait4``) and, for a
-    command that prints, ``exit`` (seconds from its last line read to its exit: the interpreter's shutdown,
-    torch's teardown included)."""
+    to exit) and, for a process, ``cpu`` (its user + system seconds and its waited-for children's, from
+    ``wait4``) and, when it prints, ``exit`` (seconds from its last line read to its exit: the interpreter's
+    shutdown, torch's teardown included)."""
     times: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": [], "exit": []} for name in commands}
     for round_ in range(runs + 1):
         for name, cmd in commands.items():
             began = time.perf_counter()
+            if callable(cmd):
+                cmd()
+                if round_:
+                    times[name]["wall"].append(time.perf_counter() - began)
+                continue
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             last = None
             for _ in proc.stdout:  # type: ignore[union-attr]
@@ -204,8 +238,11 @@ def main(argv=None) -> None:
                 print(f"{variant} run {rep + 1}: wall {run['wall_s']:.1f} s, per trial "
                       f"{median([t['total_s'] for t in run['trials']]):.2f} s", flush=True)
     total_s = time.perf_counter() - began
-    startups = time_startups(startup_commands(any(VARIANTS[v][1] for v in chosen), args.reports),
-                             args.startup_runs) if args.startup_runs else {}
+    startups = {}
+    if args.startup_runs:
+        with tempfile.TemporaryDirectory(prefix="tuner-bench-command-alone-") as work:
+            startups = time_startups(startup_commands(any(VARIANTS[v][1] for v in chosen), args.reports, work),
+                                     args.startup_runs)
     write_section(args.output, HEADING, render(args, chosen, runs, startups, load_before, total_s))
 
 
@@ -259,13 +296,15 @@ def render(args, chosen: list[str], runs: list[dict], startups: dict[str, dict[s
     if differences:
         lines += ["", "A command trial's extra cost over the function trial: " + "; ".join(differences) + "."]
     if startups:
-        lines += ["", f"Processes alone (wall seconds, {args.startup_runs} run(s) each in turns after a warm-up):", "",
+        lines += ["", f"Alone, outside Ray (wall seconds, {args.startup_runs} run(s) each in turns after a warm-up; "
+                      "CPU seconds of a process and its waited-for children):", "",
                   "| process | median (s) | min (s) | max (s) | CPU s, median | last line to exit, median (s) |",
                   "|---|---|---|---|---|---|"]
         for name, times in startups.items():
             wall, exit_ = times["wall"], times["exit"]
-            lines.append(f"| {name} | {median(wall):.3f} | {min(wall):.3f} | {max(wall):.3f} "
-                         f"| {median(times['cpu']):.3f} | {f'{median(exit_):.3f}' if exit_ else '-'} |")
+            cpu = f"{median(times['cpu']):.3f}" if times["cpu"] else "-"
+            lines.append(f"| {name} | {median(wall):.3f} | {min(wall):.3f} | {max(wall):.3f} | {cpu} "
+                         f"| {f'{median(exit_):.3f}' if exit_ else '-'} |")
     return "\n".join(lines) + "\n"
 
 

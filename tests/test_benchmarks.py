@@ -178,7 +178,7 @@ def test_command_overhead_benchmark_writes_both_kinds_of_trial(ray_local, tmp_pa
     for variant in ("function", "command"):
         (row,) = _table_rows(text, f"{variant} |")
         assert len(_numbers(row)) == 9 and not re.search(r"\bnan\b", row), row
-    processes = [r for r in text.splitlines() if r.startswith("| `python") or r.startswith("| leader")]
+    processes = [r for r in text.splitlines() if r.startswith("| `python") or r.startswith("| a command trial")]
     assert len(processes) == 3 and all(len(_numbers(r)) >= 3 for r in processes)
 
 
