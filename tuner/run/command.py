@@ -35,6 +35,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,10 @@ def parse_line(line: str, how: str) -> dict[str, Any] | None:
     return {name: _number(value) for name, value in pairs} or None
 
 
+#: The key a line's checkpoint is kept under, once taken (:class:`_Snapshots`), until it is reported.
+_SNAPSHOT = "__tuner_checkpoint_snapshot__"
+
+
 class _Reports:
     """Lines to reports: a line without the spec's metrics adds its values to the next one that has them."""
 
@@ -117,6 +122,8 @@ class _Reports:
         self.pending: dict[str, Any] = {}
 
     def add(self, found: Mapping[str, Any]) -> dict[str, Any] | None:
+        if _SNAPSHOT in found and _SNAPSHOT in self.pending:  # a newer checkpoint replaces the pending one
+            _remove(self.pending.pop(_SNAPSHOT))
         self.pending.update(found)
         if all(m in self.pending for m in self.metrics):
             out, self.pending = self.pending, {}
@@ -124,8 +131,46 @@ class _Reports:
         return None
 
 
+class _Snapshots:
+    """A line's checkpoint, copied as soon as the line is read.
+
+    The program goes on while Ray takes the reports before it (each :func:`tuner.trial.report` waits
+    for Tune), and writes its next checkpoint into ``$TUNER_CHECKPOINT_DIR``; the copy keeps the one
+    the line named.
+
+    Args:
+        scratch: ``$TUNER_CHECKPOINT_DIR``.
+        root: The folder the copies go in (removed with the trial's temporary files).
+    """
+
+    def __init__(self, scratch: str, root: str):
+        self.scratch, self.root, self.count = scratch, root, 0
+
+    def take(self, found: dict[str, Any]) -> dict[str, Any]:
+        """``found`` with its ``checkpoint`` marker replaced by the copy's folder (or dropped)."""
+        marker = found.pop(CHECKPOINT_KEY, None)
+        if marker in (None, False, 0, "", "0", "false"):
+            return found
+        source = self.scratch if marker in (True, 1, "1", "true") else os.path.join(self.scratch, str(marker))
+        if not os.path.exists(source):
+            logger.warning("the metrics line names checkpoint %r, which is not in $TUNER_CHECKPOINT_DIR; reported "
+                           "without a checkpoint", marker)
+            return found
+        self.count += 1
+        copy = os.path.join(self.root, f"checkpoint_{self.count:06d}")
+        if os.path.isdir(source):
+            shutil.copytree(source, copy)
+        else:
+            os.makedirs(copy)
+            shutil.copy2(source, copy)
+        if source != self.scratch:  # a named one: the copy is Ray's to take
+            _remove(source)
+        found[_SNAPSHOT] = copy
+        return found
+
+
 def _copy_lines(stream: IO[str], log: IO[str], out: queue.Queue | None, how: str,
-                tail: collections.deque | None = None) -> None:
+                tail: collections.deque | None = None, snapshots: _Snapshots | None = None) -> None:
     """Copy a pipe to a log file line by line; metrics lines go on ``out`` too; ``None`` on ``out`` at the end."""
     try:
         for line in stream:
@@ -136,7 +181,7 @@ def _copy_lines(stream: IO[str], log: IO[str], out: queue.Queue | None, how: str
             if out is not None:
                 found = parse_line(line, how)
                 if found is not None:
-                    out.put(found)
+                    out.put(snapshots.take(found) if snapshots is not None else found)
     except (OSError, ValueError):  # the pipe or the log closed under us: the trial is ending
         pass
     finally:
@@ -144,7 +189,7 @@ def _copy_lines(stream: IO[str], log: IO[str], out: queue.Queue | None, how: str
             out.put(None)
 
 
-def _follow_file(path: Path, start: int, out: queue.Queue, done: threading.Event) -> None:
+def _follow_file(path: Path, start: int, out: queue.Queue, done: threading.Event, snapshots: _Snapshots) -> None:
     """Read the lines appended to ``path`` after byte ``start`` until ``done`` is set (then once more)."""
     offset, rest = start, ""
     while True:
@@ -158,16 +203,76 @@ def _follow_file(path: Path, start: int, out: queue.Queue, done: threading.Event
             chunk = ""
         rest += chunk
         *lines, rest = rest.split("\n")
+        if finished and rest.strip():
+            lines, rest = [*lines, rest], ""
         for line in lines:
             found = parse_line(line, "file")
             if found is not None:
-                out.put(found)
+                out.put(snapshots.take(found))
         if finished:
-            if rest.strip() and (found := parse_line(rest, "file")) is not None:
-                out.put(found)
             out.put(None)
             return
         done.wait(_POLL_S)
+
+
+class _Program:
+    """The program of one trial, under :mod:`tuner.run.command_leader`'s keeper.
+
+    The keeper is no child of this process: it hears of the trial's end when this end of their socket
+    closes (:meth:`stop`, or this process's death), and tells this process the program's exit code.
+    """
+
+    def __init__(self, argv: list[str], cwd: str, env: Mapping[str, str], grace_s: float):
+        ours, theirs = socket.socketpair()
+        self.grace_s = grace_s
+        self.keeper: int | None = None
+        self.program: int | None = None
+        self.code: int | None = None
+        self.ended = threading.Event()
+        try:
+            self.leader = subprocess.Popen(
+                [sys.executable, str(_LEADER), str(grace_s), str(theirs.fileno()), "--", *argv],
+                pass_fds=(theirs.fileno(),), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1)
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.leader.wait()  # it forks the keeper and exits
+        threading.Thread(target=self._listen, daemon=True, name="tuner-command-keeper").start()
+
+    def _listen(self) -> None:
+        try:
+            for line in self.sock.makefile("r", encoding="utf-8"):
+                word, _, value = line.strip().partition(" ")
+                if word in ("keeper", "program", "exit") and value.lstrip("-").isdigit():
+                    setattr(self, {"exit": "code"}.get(word, word), int(value))
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.ended.set()
+
+    def wait(self) -> int:
+        """The program's exit code, once the keeper has ended it and all it started (in short waits, so that
+        the trial's time limit reaches this thread); 137 if the keeper died without saying."""
+        while not self.ended.wait(_POLL_S):
+            pass
+        return self.code if self.code is not None else 128 + signal.SIGKILL
+
+    def stop(self) -> None:
+        """End the program (SIGTERM, then SIGKILL after the grace period) and all it started; wait for that."""
+        if not self.ended.is_set():
+            try:
+                self.sock.shutdown(socket.SHUT_WR)  # the keeper reads the end of the socket
+            except OSError:
+                pass
+            if not self.ended.wait(self.grace_s + 5):  # the keeper is stuck: end it all here
+                for pid, kill in ((self.program, os.killpg), (self.keeper, os.kill)):
+                    if pid is not None:
+                        try:
+                            kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+        self.sock.close()
 
 
 class CommandTrial:
@@ -181,13 +286,24 @@ class CommandTrial:
         name: The trial folders' prefix (``<name>_<trial id>``): the script's name.
         job_cwd: ``cwd`` relative to the Ray Job's working directory, when tuner runs in one
             (each node unpacks the working directory elsewhere), else None.
+
+    Attributes:
+        experiment_path: The experiment's folder (or URI), once :meth:`at` has set it; a trial writes
+            its files into its folder there.
     """
 
     def __init__(self, command: CommandTrainable, cwd: str, metrics: tuple[str, ...] | None,
                  workers: int | None, name: str, job_cwd: str | None = None):
         self.command, self.cwd, self.metrics, self.workers = command, cwd, metrics, workers
         self.job_cwd = job_cwd
+        self.experiment_path: str | None = None
         self.__name__ = self.__qualname__ = name
+
+    def at(self, experiment_path: str) -> CommandTrial:
+        """This command trial in the experiment at ``experiment_path`` (a folder or a cloud URI)."""
+        bound = CommandTrial(self.command, self.cwd, self.metrics, self.workers, self.__name__, self.job_cwd)
+        bound.experiment_path = experiment_path
+        return bound
 
     def __call__(self, config: dict) -> None:
         run_command(self, config)
@@ -246,14 +362,22 @@ def _trial_name(command: CommandTrainable) -> str:
     return stem if stem[:1].isalpha() else "command"
 
 
-def _trial_context() -> tuple[str, str]:
-    """``(trial id, local trial folder)``; outside Ray: ``("local", a temporary folder)``."""
-    if trial.in_tune():
-        from ray import tune
+def _trial_folder(trial_: CommandTrial) -> tuple[str, str]:
+    """``(trial id, the trial's folder)``: the experiment's own trial folder where this node sees it (so that a
+    resumed trial appends to its logs), else Ray's local folder of the trial; outside Ray a temporary folder."""
+    if not trial.in_tune():
+        return "local", tempfile.mkdtemp(prefix="tuner-command-")
+    from ray import tune
 
-        ctx = tune.get_context()
-        return ctx.get_trial_id(), ctx.get_trial_dir()
-    return "local", tempfile.mkdtemp(prefix="tuner-command-")
+    from tuner.experiment.layout import trial_folder_name
+    from tuner.experiment.storage import is_remote
+
+    ctx = tune.get_context()
+    trial_id = ctx.get_trial_id()
+    experiment = trial_.experiment_path
+    if experiment and not is_remote(experiment) and Path(experiment).is_dir():
+        return trial_id, str(Path(experiment, trial_folder_name(trial_.__name__, trial_id)))
+    return trial_id, ctx.get_trial_dir()
 
 
 def _environment(trial_: CommandTrial, extra: Mapping[str, str | None]) -> dict[str, str]:
@@ -277,11 +401,13 @@ def run_command(trial_: CommandTrial, config: dict) -> None:
 
     from tuner.experiment.files import atomic_write
 
-    trial_id, trial_dir = _trial_context()
+    trial_id, trial_dir = _trial_folder(trial_)
     Path(trial_dir).mkdir(parents=True, exist_ok=True)
     config_file = Path(trial_dir, COMMAND_CONFIG)
     atomic_write(config_file, yaml.safe_dump(config, sort_keys=False))
-    scratch = tempfile.mkdtemp(prefix="tuner-command-ckpt-")
+    temporary = tempfile.mkdtemp(prefix="tuner-command-")  # $TUNER_CHECKPOINT_DIR, and the checkpoints taken
+    scratch = os.path.join(temporary, "checkpoint")
+    os.makedirs(scratch)
     restore = trial.get_checkpoint()
     metrics_file = None
     if trial_.command.metrics_file is not None:
@@ -296,40 +422,41 @@ def run_command(trial_: CommandTrial, config: dict) -> None:
                                 "TUNER_METRICS_FILE": str(metrics_file) if metrics_file else None})
     argv = trial_.argv(config, builtins, trial_dir)
     try:
-        _run(trial_, argv, env, Path(trial_dir), scratch, metrics_file)
+        _run(trial_, argv, env, Path(trial_dir), _Snapshots(scratch, os.path.join(temporary, "taken")),
+             metrics_file)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
-def _run(trial_: CommandTrial, argv: list[str], env: dict[str, str], trial_dir: Path, scratch: str,
+def _run(trial_: CommandTrial, argv: list[str], env: dict[str, str], trial_dir: Path, snapshots: _Snapshots,
          metrics_file: Path | None) -> None:
-    """Start the program, report its lines, and end it (and its children) however this trial ends."""
-    grace = trial_.command.stop_grace_s
+    """Start the program, report its lines, and end it (and all it started) however this trial ends."""
+    os.makedirs(snapshots.root, exist_ok=True)
     lines: queue.Queue = queue.Queue()
     tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
     out_log = open(trial_dir / COMMAND_STDOUT, "a", encoding="utf-8")
     err_log = open(trial_dir / COMMAND_STDERR, "a", encoding="utf-8")
     start = metrics_file.stat().st_size if metrics_file is not None and metrics_file.exists() else 0
     logger.info("command trial: %s (in %s)", " ".join(argv), trial_.working_dir())
-    leader = subprocess.Popen([sys.executable, str(_LEADER), str(grace), str(os.getpid()), "--", *argv],
-                              cwd=trial_.working_dir(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, text=True, encoding="utf-8", errors="replace", bufsize=1)
+    program = _Program(argv, trial_.working_dir(), env, trial_.command.stop_grace_s)
     done = threading.Event()
     how = trial_.command.line_format
-    readers = [threading.Thread(target=_copy_lines, args=(leader.stdout, out_log, None if metrics_file else lines,
-                                                          how), daemon=True, name="tuner-command-stdout"),
-               threading.Thread(target=_copy_lines, args=(leader.stderr, err_log, None, how, tail), daemon=True,
-                                name="tuner-command-stderr")]
+    stdout_lines = None if metrics_file else lines
+    readers = [threading.Thread(target=_copy_lines, args=(program.leader.stdout, out_log, stdout_lines, how, None,
+                                                          snapshots), daemon=True, name="tuner-command-stdout"),
+               threading.Thread(target=_copy_lines, args=(program.leader.stderr, err_log, None, how, tail),
+                                daemon=True, name="tuner-command-stderr")]
     if metrics_file is not None:
-        readers.append(threading.Thread(target=_follow_file, args=(metrics_file, start, lines, done), daemon=True,
-                                        name="tuner-command-metrics"))
+        readers.append(threading.Thread(target=_follow_file, args=(metrics_file, start, lines, done, snapshots),
+                                        daemon=True, name="tuner-command-metrics"))
     for reader in readers:
         reader.start()
     try:
-        reports = _report_lines(_lines(lines, leader, done, metrics_file is not None), trial_.metrics, scratch)
-        code = leader.wait()
-        for reader in readers:
-            reader.join()
+        reports = _report_lines(_lines(lines, program, done, metrics_file is not None), trial_.metrics)
+        code = program.wait()
+        for reader in readers[:2]:  # the pipes end with the program's last process
+            while reader.is_alive():
+                reader.join(_POLL_S)
         if code != 0:
             raise CommandFailedError(_failure_text(argv, code, tail))
         if reports == 0 and trial_.metrics and trial.get_checkpoint() is None:
@@ -337,17 +464,17 @@ def _run(trial_: CommandTrial, argv: list[str], env: dict[str, str], trial_dir: 
                 f"the command exited 0 without a metrics line carrying {', '.join(trial_.metrics)}; "
                 f"print one a line ({_example(trial_)}), or check {trial_dir / COMMAND_STDOUT}.")
     finally:
-        _end(leader, grace)
+        program.stop()
         done.set()
         for reader in readers:
             reader.join(timeout=2)
         if not any(reader.is_alive() for reader in readers):  # else a pipe is still held open: leave it
-            for f in (leader.stdout, leader.stderr, out_log, err_log):
+            for f in (program.leader.stdout, program.leader.stderr, out_log, err_log):
                 if f is not None:
                     f.close()
 
 
-def _lines(lines: queue.Queue, leader: subprocess.Popen, done: threading.Event, from_file: bool) -> Iterator[dict]:
+def _lines(lines: queue.Queue, program: _Program, done: threading.Event, from_file: bool) -> Iterator[dict]:
     """The metrics lines as they come, until the program has exited and its output is read.
 
     Waits in short steps, so that the trial's time limit (an exception raised in this thread)
@@ -357,7 +484,7 @@ def _lines(lines: queue.Queue, leader: subprocess.Popen, done: threading.Event, 
         try:
             item = lines.get(timeout=_POLL_S)
         except queue.Empty:
-            if from_file and leader.poll() is not None:
+            if from_file and program.ended.is_set():
                 done.set()  # the file's reader reads the rest, then ends
             continue
         if item is None:
@@ -365,39 +492,26 @@ def _lines(lines: queue.Queue, leader: subprocess.Popen, done: threading.Event, 
         yield item
 
 
-def _report_lines(found: Iterator[dict], metrics: tuple[str, ...] | None, scratch: str) -> int:
-    """Report each metrics line (merged as :class:`_Reports` does); returns how many reports were made."""
+def _report_lines(found: Iterator[dict], metrics: tuple[str, ...] | None) -> int:
+    """Report each metrics line (merged as :class:`_Reports` does), with the checkpoint taken when its line was
+    read; returns how many reports were made."""
     merge, made = _Reports(metrics), 0
     for values in found:
         report = merge.add(values)
         if report is None:
             continue
-        marker = report.pop(CHECKPOINT_KEY, None)
-        checkpoint = None
-        if marker not in (None, False, 0, "", "0", "false"):
-            checkpoint = scratch if marker in (True, 1, "1", "true") else os.path.join(scratch, str(marker))
-            if not os.path.exists(checkpoint):
-                logger.warning("the metrics line names checkpoint %r, which is not in $TUNER_CHECKPOINT_DIR; "
-                               "reported without a checkpoint", marker)
-                checkpoint = None
-        folder = checkpoint if checkpoint is None or os.path.isdir(checkpoint) else _as_folder(checkpoint)
-        trial.report(report, checkpoint_dir=folder)
+        taken = report.pop(_SNAPSHOT, None)
+        try:
+            trial.report(report, checkpoint_dir=taken)
+        finally:
+            if taken is not None:  # Ray has its copy now
+                _remove(taken)
         made += 1
-        if checkpoint is not None and checkpoint != scratch:  # a named one: Ray has its copy now
-            _remove(checkpoint)
-        if folder is not None and folder != checkpoint:
-            _remove(folder)
+    merge.pending.pop(_SNAPSHOT, None)
     if merge.pending:
         logger.warning("the command's last metrics lines lack %s and were not reported: %s",
                        ", ".join(metrics or ()), merge.pending)
     return made
-
-
-def _as_folder(path: str) -> str:
-    """A copy of a checkpoint that is one file, in a folder of its own (Ray's checkpoints are folders)."""
-    folder = tempfile.mkdtemp(prefix="tuner-command-file-")
-    shutil.copy2(path, folder)
-    return folder
 
 
 def _remove(path: str) -> None:
@@ -421,16 +535,3 @@ def _failure_text(argv: list[str], code: int, tail: collections.deque) -> str:
     last = "\n".join(tail) if tail else "(nothing on stderr)"
     head = f"the command {what}: {' '.join(argv[:6])}{' ...' if len(argv) > 6 else ''}"
     return f"{head}\nlast {len(tail)} lines of its stderr:\n{last}"
-
-
-def _end(leader: subprocess.Popen, grace_s: float) -> None:
-    """End the program and everything it started (the leader's job), waiting up to the grace period."""
-    if leader.poll() is None:
-        try:
-            leader.send_signal(signal.SIGTERM)
-            leader.wait(timeout=grace_s + 5)
-        except subprocess.TimeoutExpired:
-            leader.kill()
-            leader.wait()
-        except OSError:
-            pass

@@ -514,6 +514,10 @@ def build_trainable(fn: Callable, spec: Spec, experiment_path: str | os.PathLike
     """
     if is_class_trainable(fn):
         return class_trainable(fn, spec, os.fspath(experiment_path), trial_seed=trial_seed)
+    from tuner.run.command import CommandTrial
+
+    if isinstance(fn, CommandTrial):  # its files go into the experiment's own trial folder
+        fn = fn.at(os.fspath(experiment_path))
     if spec.ray_train_ddp:
         entry: Callable = functools.partial(_ddp_trial, lean=os.environ.get(LEAN_DDP_ENV, "1") != "0")
     else:
