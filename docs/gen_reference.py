@@ -114,6 +114,7 @@ class _SpecPage:
 
     def _alternatives(self, node: dict) -> list[dict]:
         alts = node["anyOf"] if "anyOf" in node else [node]
+        alts = [one for alt in alts for one in alt.get("oneOf", [alt])]  # a discriminated union's forms
         return [a for a in alts if self._target(a) not in _LAX]
 
     def _is_union(self, name: str) -> bool:

@@ -14,9 +14,10 @@ The placeholder rule, in full:
   ``1e-05``, ``64``), ``true``/``false`` as ``True``/``False``, a list or a mapping as JSON.
 * An argument whose placeholder has no value in the trial's config (a conditional parameter
   that is inactive: its ``when`` fails, or another branch of a sub-space choice was drawn) is
-  left out, and so is the argument just before it when that one is a flag (it starts with
-  ``-``, is not a number, and holds no placeholder): ``[--momentum, "{momentum}"]`` vanishes
-  as a pair.
+  left out; when it is a value (it does not start with ``-``), so is the argument just before it
+  if that one is a flag (it starts with ``-``, is not a number, and holds no placeholder):
+  ``[--momentum, "{momentum}"]`` vanishes as a pair, ``[--verbose, "--momentum={momentum}"]``
+  keeps ``--verbose``.
 * ``{tuner.<name>}`` are tuner's own values (:data:`BUILTIN_PLACEHOLDERS`); ``{tuner.restore_dir}``
   has a value only when the trial restores a checkpoint, so ``[--resume, "{tuner.restore_dir}"]``
   is left out of a fresh start.
@@ -50,7 +51,8 @@ BUILTIN_PLACEHOLDERS = {
     "tuner.metrics_file": "the metrics file, with `metrics: FILE` (also $TUNER_METRICS_FILE)",
 }
 
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+#: Read left to right as ``str.format`` reads: ``{{``, ``}}``, or a placeholder ``{name}``.
+_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 #: The first words that mean "the Python that runs tuner" (``sys.executable`` in the trial).
@@ -67,7 +69,7 @@ def placeholders(arg: str) -> list[str]:
         The names, e.g. ``["lr"]``; a malformed one (``{}``, ``{a b}``) is returned as written,
         for :class:`CommandTrainable` to refuse.
     """
-    return _PLACEHOLDER.findall(arg.replace("{{", "").replace("}}", ""))
+    return [m.group(1) for m in _TOKEN.finditer(arg) if m.group(1) is not None]
 
 
 def _is_flag(arg: str) -> bool:
@@ -94,6 +96,8 @@ def _lookup(config: Mapping[str, Any], name: str) -> tuple[bool, Any]:
 
 
 def _fill(values: Mapping[str, Any], match: re.Match) -> str:
+    if match.group(1) is None:  # a literal brace
+        return match.group(0)[0]
     return format_value(values[match.group(1)])
 
 
@@ -122,12 +126,11 @@ def render_command(command: Sequence[str], config: Mapping[str, Any],
             if found:
                 values[name] = value
         if len(values) < len(set(names)):
-            if flag_before:
+            if flag_before and not arg.startswith("-"):  # a value: its flag goes with it (`--x={a}` has its own)
                 out.pop()
             flag_before = False
             continue
-        text = _PLACEHOLDER.sub(functools.partial(_fill, values), arg.replace("{{", "\0").replace("}}", "\1"))
-        out.append(text.replace("\0", "{").replace("\1", "}"))
+        out.append(_TOKEN.sub(functools.partial(_fill, values), arg))
         flag_before = _is_flag(arg)
     return out
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from collections.abc import Iterable, Mapping
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tuner.core.params import flatten, spec_paths
@@ -28,6 +28,13 @@ from tuner.spec.sections import (POPULATION_SCHEDULERS, SYNCHRONOUS_HYPERBAND, B
 
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _trainable_kind(value: Any) -> str:
+    """``trainable``'s form: a mapping (or a CommandTrainable) is a command trial, anything else a reference."""
+    return "<command>" if isinstance(value, (Mapping, CommandTrainable)) else "<ref>"
+
+
 _TRAINABLE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:]+\.py):[A-Za-z_]\w*$")
 _NEEDS_METRIC = {"asha", "hyperband", "bohb", "median", "pbt", "pb2"}
 #: checkpoint.num_to_keep under PBT/PB2 when the spec does not set it: Ray warns at <= 2 (a checkpoint can be
@@ -79,7 +86,9 @@ class Spec(_Model):
     """
 
     name: str = "experiment"
-    trainable: str | CommandTrainable | None = None  # required unless tune_model(trainable=...) passes one
+    # required unless tune_model(trainable=...) passes one; a mapping is a command trial (its errors only)
+    trainable: Annotated[Annotated[str, Tag("<ref>")] | Annotated[CommandTrainable, Tag("<command>")],
+                         Discriminator(_trainable_kind)] | None = None
     metric: NonBlank | None = None
     mode: Literal["min", "max"] | None = None
     objectives: list[Objective] | None = None
@@ -242,6 +251,15 @@ class Spec(_Model):
         if self.trainable is None and (info.context or {}).get("require_trainable", True):
             raise _fail("trainable", "required key 'trainable' is missing.")
         return self
+
+    @field_validator("trainable", mode="before")
+    @classmethod
+    def _trainable_form(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, (str, Mapping, CommandTrainable)):
+            raise PydanticCustomError("tuner_spec", f"trainable is 'package.module:function', "
+                                      f"'path/to/file.py:function' or a command trial's mapping "
+                                      f"{{command: [python, train.py, ...]}}, but got {value!r}.")
+        return value
 
     @field_validator("trainable")
     @classmethod

@@ -282,7 +282,9 @@ def _checks(schema: dict, defs: dict[str, Any]) -> None:
     props["name"].update(pattern=r"^(?!\.+$)" + _NAME.pattern.lstrip("^"),
                          patternErrorMessage="Only letters, digits, '.', '_' and '-' (no '/', not '..').")
     # Looser than the loader's pattern (whose \w is any Unicode letter, an editor's only ASCII): one ':'.
-    props["trainable"]["anyOf"][0].update(pattern=r"^[^:]+:[^:\s./]+$", patternErrorMessage=(
+    forms = props["trainable"]["anyOf"][0]  # a reference (a string) or a command trial (a mapping)
+    reference = next(form for form in forms.get("oneOf", [forms]) if form.get("type") == "string")
+    reference.update(pattern=r"^[^:]+:[^:\s./]+$", patternErrorMessage=(
         "'package.module:function' or 'path/to/file.py:function'."))
     props["objectives"]["anyOf"][0]["minItems"] = 2
     props["constraints"]["anyOf"][0]["minItems"] = 1
