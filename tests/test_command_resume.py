@@ -5,8 +5,7 @@ driver SIGKILLed with its whole process group, then `tuner resume` (twice); PBT 
 checkpoint; a trial under torchrun with 2 workers; the shipped search_spaces/script_asha.yaml from another
 folder; the same spec run twice. Each run is a few trials of a few reports, marked slow.
 
-Where a promise is broken today the test is ``xfail(strict=True)``, its reason saying what is wrong; the runs
-are shared (module fixtures) so that such a test costs no run of its own.
+The runs are shared (module fixtures): the promises about one run are tests of their own, at no run's cost.
 """
 
 import json
@@ -101,6 +100,17 @@ def saved_checkpoint_of_each(exp: Path, n: int) -> bool:
     return len(entries) == n and all(SavedCheckpoints(entry).latest for entry in entries)
 
 
+def ancestors(proc: psutil.Process) -> list[psutil.Process]:
+    """The processes above ``proc`` (its parent, the parent's, ...) up to, without, pid 1 or one above this test."""
+    mine = {p.pid for p in psutil.Process().parents()} | {os.getpid(), 1}
+    out = []
+    for parent in proc.parents():
+        if parent.pid in mine:
+            break
+        out.append(parent)
+    return out
+
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
     """`tuner run` of 2 trials of 3 epochs that hold after their first epoch (T2_HOLD), its own local Ray in
@@ -109,9 +119,9 @@ def killed_and_resumed(tmp_path_factory):
 
     Returns:
         A dict: ``exp``, ``starts`` (the $T2_STARTS file), the ``scripts`` (psutil processes of the killed
-        run's scripts), the scripts
-        ``left`` alive once the trials' processes (Ray's workers and tuner's leaders) were gone (then
-        killed here, not to leak), and the two resumes' CompletedProcess, ``resume`` and ``again``.
+        run's scripts), the scripts ``left`` alive (pid, command line) once every process above them (tuner's
+        leader, Ray's worker, raylet, the driver) was gone (then killed here, not to leak), and the two
+        resumes' CompletedProcess, ``resume`` and ``again``.
     """
     tmp = tmp_path_factory.mktemp("killed")
     release = tmp / "release"
@@ -129,22 +139,22 @@ def killed_and_resumed(tmp_path_factory):
             assert time.monotonic() < deadline, "the run did not reach both trials' checkpoints"
             time.sleep(0.3)
         scripts = [psutil.Process(seen[0]["pid"]) for seen in recorded_starts(record).values()]
-        leaders = [s.parent() for s in scripts]  # tuner.run.command_leader, each a child of a Ray worker
-        workers = [p.parent() for p in leaders]
+        above = {p for s in scripts for p in ancestors(s)}
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    # Ray's workers end once their raylet (in the driver's group) is gone; a leader ends once it has ended its
-    # script. Then a script still running is one nothing will end.
-    _, alive = psutil.wait_procs([*workers, *leaders], timeout=120)  # a bound on a hang, not a time to meet
-    assert not alive, f"trial processes outlived the killed driver by 120 s: {alive}"
-    left = [s for s in scripts if s.is_running() and s.status() != psutil.STATUS_ZOMBIE]
-    for s in left:
+    # Ray's workers end once their raylet (in the driver's group) is gone; tuner's process above a script once it
+    # has ended the script. Then a script still running is one nothing will end.
+    _, alive = psutil.wait_procs(above, timeout=120)  # a bound on a hang, not a time to meet
+    assert not alive, f"processes above the scripts outlived the killed driver by 120 s: {alive}"
+    running = [s for s in scripts if s.is_running() and s.status() != psutil.STATUS_ZOMBIE]
+    left = [(s.pid, s.cmdline()) for s in running]
+    for s in running:
         s.kill()
-    psutil.wait_procs(left, timeout=30)
+    psutil.wait_procs(running, timeout=30)
     release.touch()  # a trial that restarts from scratch goes on past its first epoch
     resume = run_tuner("resume", exp, "--num-cpus", "2", timeout=600)
     again = run_tuner("resume", exp, "--num-cpus", "2", timeout=600) if resume.returncode == 0 else None
@@ -178,11 +188,6 @@ def test_a_killed_driver_resumes_each_command_trial_from_its_checkpoint(killed_a
     assert recorded_starts(killed_and_resumed["starts"]) == recorded, "the second resume started no script"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tuner.run.command writes command_stdout.log (and $TUNER_TRIAL_DIR is) in the folder "
-    "tune.get_context().get_trial_dir() gives: Ray's local staging folder of the session "
-    "(/tmp/ray/session_*/artifacts/<time>/<name>/driver_artifacts/<trial>), uploaded over the experiment's trial "
-    "folder; a resume's new session starts an empty one, so the upload replaces the first start's log"))
 def test_a_resumed_trials_stdout_log_keeps_the_start_before_the_kill(killed_and_resumed):
     """command_stdout.log is appended on each start: after the kill and the resume it holds both starts (from
     scratch, then from the checkpoint), and the script's own file in $TUNER_TRIAL_DIR both pids."""
@@ -193,13 +198,11 @@ def test_a_resumed_trials_stdout_log_keeps_the_start_before_the_kill(killed_and_
         assert (folder / PIDS).read_text().split() == [str(s["pid"]) for s in seen], "each start's pid"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Ray's worker SIGKILLs its direct children when it exits (RAY_kill_child_processes_on_worker_exit, default "
-    "true; it exits once the killed driver's raylet is gone), so tuner.run.command_leader dies before it sees "
-    "its parent die, and the script, in a session of its own, is orphaned and runs on"))
 def test_no_script_outlives_a_killed_driver(killed_and_resumed):
-    """After the SIGKILL of the driver's group, once Ray's workers and tuner's leaders are gone, no script of
-    the killed run is still running (the leader ends its script when its parent dies)."""
+    """After the SIGKILL of the driver's group, once every process above the scripts is gone (tuner's leader or
+    its keeper, Ray's worker, raylet), no script of the killed run is still running: tuner ends a trial's
+    script when the trial's process dies, though Ray's worker SIGKILLs its direct children as it exits
+    (``RAY_kill_child_processes_on_worker_exit``)."""
     assert len(killed_and_resumed["scripts"]) == 2
     assert killed_and_resumed["left"] == [], "scripts left running after the killed driver's trials ended"
 
@@ -210,10 +213,13 @@ def test_no_script_outlives_a_killed_driver(killed_and_resumed):
 def pbt_run(tmp_path_factory, on_session_ray):
     """`tuner run` of 2 PBT trials (x = 1 and x = 4, 4 epochs, synchronous, perturbation every 2 iterations,
     quantile 0.5, x resampled never, only perturbed): at iteration 2 the x = 1 trial exploits the x = 4 one.
-    Returns the experiment folder."""
+    The script checkpoints into a folder of its own per epoch (``"checkpoint": "epoch-N"``), as
+    docs/guides/command-trials.md advises: each checkpoint stays as it was when its line was printed.
+    Returns the experiment folder and the $T2_STARTS file."""
     tmp = tmp_path_factory.mktemp("pbt")
     spec = tmp / "pbt.yaml"
-    spec.write_text(resumable_spec("pbt", xs=(1, 4), epochs=4, env={"T2_STARTS": str(tmp / STARTS)}, scheduler={
+    spec.write_text(resumable_spec("pbt", xs=(1, 4), epochs=4, env={"T2_STARTS": str(tmp / STARTS),
+                                                                    "T2_CHECKPOINT": "named"}, scheduler={
         "type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5, "resample_probability": 0,
         "synch": True, "mutations": {"x": {"type": "uniform", "low": 0, "high": 10}}}))
     proc = run_tuner("run", spec, "--storage", tmp / "runs", env=on_session_ray, timeout=600)
@@ -250,22 +256,21 @@ def test_pbt_restarts_a_command_trial_from_another_trials_checkpoint_with_the_ne
     assert start["argv"][1] == "4"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a report's checkpoint is copied from $TUNER_CHECKPOINT_DIR only when tuner.trial.report is called for its "
-    "line, which waits on Ray for the reports before it; meanwhile the script has written later epochs there, so "
-    "the checkpoint of iteration 2 holds epoch 4 (a script that prints faster than Ray takes reports)"))
 def test_a_cloned_checkpoint_holds_the_epoch_it_was_reported_with(pbt_run):
     """The exploiting trial's script restored the state of the cloned trial's iteration 2, the checkpoint PBT
-    chose: it starts at epoch 2."""
-    exploit, start = exploited_start(*pbt_run)
+    chose (its own folder per report, though the script ran on past it before Ray took the report): it starts
+    at epoch 2 from the cloned trial's score then, and reports epochs 3 and 4 with the new x."""
+    exp, record = pbt_run
+    exploit, start = exploited_start(exp, record)
     assert start["epoch"] == exploit["cloned_iteration"], f"restored epoch {start['epoch']}, reported with " \
                                                           f"iteration {exploit['cloned_iteration']}"
+    cloned = {r["training_iteration"]: r for r in results(folder_of(exp, exploit["cloned_from"]))}
+    after = [r for r in results(folder_of(exp, exploit["trial_id"])) if r["restore_dir"] == start["restore"]]
+    x = exploit["new_config"]["x"]
+    assert [(r["epoch"], r["start_epoch"]) for r in after] == [(3, 2), (4, 2)], after
+    assert [r["score"] for r in after] == pytest.approx([cloned[2]["score"] + x, cloned[2]["score"] + 2 * x])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tuner.run.command writes command_stdout.log in Ray's local staging folder of the trial "
-    "(tune.get_context().get_trial_dir()), uploaded over the experiment's trial folder: an exploited trial's "
-    "log holds the lines of one of its starts only (which one depends on the Ray session)"))
 def test_an_exploited_trials_stdout_log_holds_each_start(pbt_run):
     """command_stdout.log is appended on each start: the exploiting trial's holds its first start (no
     checkpoint) and its start from the cloned checkpoint, as the script recorded them."""

@@ -1,8 +1,9 @@
 """A script for tests/test_command_resume.py that checkpoints every epoch and restores from a checkpoint.
 
 ``t2_resumable.py X EPOCHS``: for each epoch from the checkpoint's (0 without one) to EPOCHS, writes
-``epoch.txt`` (the epochs done) into $TUNER_CHECKPOINT_DIR and prints a JSON line with
-``"checkpoint": true``: ``epoch``, ``x``, ``score`` (the checkpoint's score plus X an epoch: a trial
+``epoch.txt`` (the epochs done) and ``score.txt`` into $TUNER_CHECKPOINT_DIR and prints a JSON line
+with ``"checkpoint": true`` (with $T2_CHECKPOINT=named: into a folder of its own per epoch,
+``epoch-N`` inside $TUNER_CHECKPOINT_DIR, named in the line, ``"checkpoint": "epoch-N"``): ``epoch``, ``x``, ``score`` (the checkpoint's score plus X an epoch: a trial
 restored from another trial's checkpoint goes on from that trial's score), ``start_epoch`` (the epoch
 it started from) and ``restore_dir`` (``$TUNER_RESTORE_DIR``, ``""`` without one).
 
@@ -37,12 +38,15 @@ def main() -> int:
                                 "restore": restore or None, "argv": sys.argv[1:]}) + "\n")
     checkpoint = Path(os.environ["TUNER_CHECKPOINT_DIR"])
     hold = os.environ.get("T2_HOLD")
+    named = os.environ.get("T2_CHECKPOINT") == "named"
     for epoch in range(start, epochs):
         score += x
-        (checkpoint / "epoch.txt").write_text(str(epoch + 1))
-        (checkpoint / "score.txt").write_text(repr(score))
+        folder = checkpoint / f"epoch-{epoch + 1}" if named else checkpoint
+        folder.mkdir(exist_ok=True)
+        (folder / "epoch.txt").write_text(str(epoch + 1))
+        (folder / "score.txt").write_text(repr(score))
         print(json.dumps({"epoch": epoch + 1, "x": x, "score": score, "start_epoch": start,
-                          "restore_dir": restore, "checkpoint": True}), flush=True)
+                          "restore_dir": restore, "checkpoint": folder.name if named else True}), flush=True)
         while hold and not restore and not os.path.exists(hold):
             time.sleep(0.1)
     return 0
