@@ -150,11 +150,15 @@ def killed_and_resumed(tmp_path_factory):
     # has ended the script. Then a script still running is one nothing will end.
     _, alive = psutil.wait_procs(above, timeout=120)  # a bound on a hang, not a time to meet
     assert not alive, f"processes above the scripts outlived the killed driver by 120 s: {alive}"
-    running = [s for s in scripts if s.is_running() and s.status() != psutil.STATUS_ZOMBIE]
-    left = [(s.pid, s.cmdline()) for s in running]
-    for s in running:
-        s.kill()
-    psutil.wait_procs(running, timeout=30)
+    left = []
+    for script in scripts:
+        try:
+            if script.is_running() and script.status() != psutil.STATUS_ZOMBIE:
+                left.append((script.pid, script.cmdline()))
+                script.kill()
+        except psutil.NoSuchProcess:  # it ended just now
+            pass
+    psutil.wait_procs(scripts, timeout=30)
     release.touch()  # a trial that restarts from scratch goes on past its first epoch
     resume = run_tuner("resume", exp, "--num-cpus", "2", timeout=600)
     again = run_tuner("resume", exp, "--num-cpus", "2", timeout=600) if resume.returncode == 0 else None
