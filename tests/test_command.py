@@ -345,6 +345,10 @@ def test_katib_kv_script_under_bohb_resumes_a_paused_trial(run_cli, on_session_r
             assert r["loss"] == pytest.approx(1 / r["epoch"], abs=1e-4)
         starts = (shared / f"starts_{results[0]['trial_id']}.txt").read_text().split()
         assert starts == (["1", "2"] if rank == 0 else ["1"]), (name, starts)
+        if rank == 0:  # command_stdout.log is appended to on each start: both starts' lines are there
+            printed = [line.split()[0] for line in (exp / name / COMMAND_STDOUT).read_text().splitlines()
+                       if line.startswith("epoch=")]
+            assert printed[0] == "epoch=1" and printed[-2:] == ["epoch=2", "epoch=3"], printed
     assert lengths == {0: 3, 1: 1, 2: 1}, "the best trial ran on to max_t, the others stopped at the rung"
     assert summary["best"]["metrics"]["accuracy"] == max(r["accuracy"] for _, rs in trials.values() for r in rs)
 

@@ -3,16 +3,16 @@
 Each epoch prints a line without the tuned metric first (``Epoch N: loss=...``, which the merge
 rule adds to the next report), then ``epoch=N accuracy=A checkpoint=1``, having saved its epoch
 and rank into $TUNER_CHECKPOINT_DIR. With $TUNER_RESTORE_DIR set it goes on after the epoch saved
-there. Each start appends its first epoch to $T1_SHARED/starts_<trial id>.txt (a folder outside
-the trial's, which Ray copies into the experiment only now and then).
+there. Each start appends its first epoch to $T1_SHARED/starts_<trial id>.txt, a record kept outside
+the experiment.
 
 The rank: 0 for the first trial to start, 1 for the next, ... (a file made in $T1_SHARED), so
 that accuracy = 0.9 - 0.1 * rank + lr * epoch (lr below 0.03) ranks the trials by their start.
 
-``checkpoint=1`` marks the whole $TUNER_CHECKPOINT_DIR, which tuner copies when it reports the line,
-some time after the line is printed. Before it overwrites the folder for the next epoch the script
-waits for that copy: ``epoch.txt`` holding this epoch in a checkpoint folder of the trial's folder
-in the experiment ($T1_EXPERIMENT/*_<trial id>/checkpoint_*).
+``checkpoint=1`` marks the whole $TUNER_CHECKPOINT_DIR, which tuner copies when it reads the line. Before
+it overwrites the folder for the next epoch the script waits for Ray's copy of it (``epoch.txt`` holding
+this epoch in a checkpoint folder of the trial's folder, $T1_EXPERIMENT/*_<trial id>/checkpoint_*), so
+that the checkpoint of each report holds that report's epoch however the reading and Ray's copy go.
 """
 
 import argparse
