@@ -703,7 +703,10 @@ class Spec(_Model):
         origin = _origin_of(tuple(path.split(".")), self._origins) if path else None
         if origin is not None:
             return SpecError([SpecIssue(path, message, source=origin)], self._source)
-        line_col = self.mark(path) or (None, None)
+        parts = path.split(".")
+        # A part of a value written whole (an argument of a command given as one string): the value's position.
+        marks = (self.mark(".".join(parts[:n])) for n in range(len(parts), 0, -1))
+        line_col = next((m for m in marks if m is not None), None) or (None, None)
         return SpecError([SpecIssue(path, message, *line_col)], self._source)
 
 
