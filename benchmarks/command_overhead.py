@@ -218,10 +218,12 @@ def main(argv=None) -> None:
     if args.quick:
         args.trials, args.reports, args.repeats, args.startup_runs = 3, 2, 1, 1
         args.variants = "function,command"
-    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in chosen if v not in VARIANTS]
+    names = {v.replace(" ", ""): v for v in VARIANTS}  # "function+torch" and "function + torch" alike
+    asked = [v.replace(" ", "") for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in asked if v not in names]
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    chosen = [names[v] for v in asked]
     if args.reports < 2:
         parser.error("--reports must be at least 2 (the seconds per report are the later reports')")
 
