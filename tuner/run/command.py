@@ -222,16 +222,17 @@ class _Program:
     closes (:meth:`stop`, or this process's death), and tells this process the program's exit code.
     """
 
-    def __init__(self, argv: list[str], cwd: str, env: Mapping[str, str], grace_s: float):
+    def __init__(self, argv: list[str], cwd: str, env: Mapping[str, str], grace_s: float, temporary: str = ""):
         ours, theirs = socket.socketpair()
         self.grace_s = grace_s
         self.keeper: int | None = None
         self.program: int | None = None
         self.code: int | None = None
-        self.ended = threading.Event()
+        self.exited = threading.Event()  # the program's exit code is known (or never will be)
+        self.ended = threading.Event()  # the keeper is gone
         try:
             self.leader = subprocess.Popen(
-                [sys.executable, str(_LEADER), str(grace_s), str(theirs.fileno()), "--", *argv],
+                [sys.executable, str(_LEADER), str(grace_s), str(theirs.fileno()), temporary, "--", *argv],
                 pass_fds=(theirs.fileno(),), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1)
         finally:
@@ -246,15 +247,18 @@ class _Program:
                 word, _, value = line.strip().partition(" ")
                 if word in ("keeper", "program", "exit") and value.lstrip("-").isdigit():
                     setattr(self, {"exit": "code"}.get(word, word), int(value))
+                if word == "exit":
+                    self.exited.set()
         except (OSError, ValueError):
             pass
         finally:
+            self.exited.set()
             self.ended.set()
 
     def wait(self) -> int:
         """The program's exit code, once the keeper has ended it and all it started (in short waits, so that
         the trial's time limit reaches this thread); 137 if the keeper died without saying."""
-        while not self.ended.wait(_POLL_S):
+        while not self.exited.wait(_POLL_S):
             pass
         return self.code if self.code is not None else 128 + signal.SIGKILL
 
@@ -438,7 +442,8 @@ def _run(trial_: CommandTrial, argv: list[str], env: dict[str, str], trial_dir: 
     err_log = open(trial_dir / COMMAND_STDERR, "a", encoding="utf-8")
     start = metrics_file.stat().st_size if metrics_file is not None and metrics_file.exists() else 0
     logger.info("command trial: %s (in %s)", " ".join(argv), trial_.working_dir())
-    program = _Program(argv, trial_.working_dir(), env, trial_.command.stop_grace_s)
+    program = _Program(argv, trial_.working_dir(), env, trial_.command.stop_grace_s,
+                       os.path.dirname(snapshots.scratch))
     done = threading.Event()
     how = trial_.command.line_format
     stdout_lines = None if metrics_file else lines
@@ -484,7 +489,7 @@ def _lines(lines: queue.Queue, program: _Program, done: threading.Event, from_fi
         try:
             item = lines.get(timeout=_POLL_S)
         except queue.Empty:
-            if from_file and program.ended.is_set():
+            if from_file and program.exited.is_set():
                 done.set()  # the file's reader reads the rest, then ends
             continue
         if item is None:

@@ -1,6 +1,6 @@
 """The processes between a command trial and its program: they end the program and everything it started.
 
-:mod:`tuner.run.command` runs ``python command_leader.py GRACE_S FD -- PROGRAM ARGS...`` (as a file,
+:mod:`tuner.run.command` runs ``python command_leader.py GRACE_S FD TEMP -- PROGRAM ARGS...`` (as a file,
 importing nothing of tuner's, so it starts in milliseconds), where ``FD`` is its end of a socket pair
 whose other end the trial's process holds. The leader forks a *keeper* and exits at once; the keeper:
 
@@ -16,7 +16,9 @@ whose other end the trial's process holds. The leader forks a *keeper* and exits
   waits up to GRACE_S seconds, then sends SIGKILL to what is left;
 * when the program exits by itself, ends whatever it left running the same way;
 * sends ``exit CODE`` (the program's exit code; 128 + N when signal N ended it; 127 when it could
-  not start) and exits.
+  not start); once the socket's other end has closed (the trial has taken its last reports, or its
+  process is gone), removes the trial's temporary folder TEMP (checkpoints in flight), which a trial's
+  process killed mid-way could not, and exits.
 
 So no process of a trial outlives it. Where ``/proc`` is missing (macOS) only the program's process
 group is signalled.
@@ -177,8 +179,8 @@ def keep(grace_s: float, sock: socket.socket, command: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     """Fork the keeper and return at once (the leader); in the keeper, run it to the end."""
-    grace_s, fd = float(argv[1]), int(argv[2])
-    command = argv[4:]
+    grace_s, fd, temporary = float(argv[1]), int(argv[2]), argv[3]
+    command = argv[5:]
     sock = socket.socket(fileno=fd)
     if os.fork() != 0:
         return 0  # the leader: the trial's process reaps it now, and the keeper is nobody's child of its
@@ -189,6 +191,12 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, _ignore)
     code = keep(grace_s, sock, command)
     _send(sock, f"exit {code}")
+    while not _closed(sock):  # the trial takes its last reports, then closes its end (or its process dies)
+        select.select([sock], [], [])
+    if temporary:
+        import shutil
+
+        shutil.rmtree(temporary, ignore_errors=True)
     return code
 
 
