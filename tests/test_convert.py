@@ -203,6 +203,62 @@ def test_a_converted_sweep_runs_the_example_script(tmp_path):
     assert summary["best"]["config"]["hidden"] in (32, 64) and summary["best"]["config"]["epochs"] == 3
 
 
+KATIB_RUN = """\
+apiVersion: kubeflow.org/v1beta1
+kind: Experiment
+metadata: {name: script-katib}
+spec:
+  objective: {type: maximize, objectiveMetricName: val_accuracy, additionalMetricNames: [val_loss]}
+  algorithm: {algorithmName: random}
+  parallelTrialCount: 2
+  maxTrialCount: 3
+  earlyStopping:
+    algorithmName: medianstop
+    algorithmSettings: [{name: min_trials_required, value: "2"}, {name: start_step, value: "1"}]
+  parameters:
+    - {name: lr, parameterType: double, feasibleSpace: {min: "0.01", max: "0.3", distribution: logUniform}}
+    - {name: hidden, parameterType: categorical, feasibleSpace: {list: ["32", "64"]}}
+  metricsCollectorSpec: {collector: {kind: StdOut}}
+  trialTemplate:
+    primaryContainerName: training
+    trialParameters:
+      - {name: learningRate, reference: lr}
+      - {name: hidden, reference: hidden}
+    trialSpec:
+      apiVersion: batch/v1
+      kind: Job
+      spec:
+        template:
+          spec:
+            containers:
+              - name: training
+                image: docker.io/me/digits:latest
+                command: [python3, /opt/train_script.py, "--lr=${trialParameters.learningRate}",
+                          "--hidden=${trialParameters.hidden}", --epochs=3, --metrics-format=kv]
+            restartPolicy: Never
+"""
+
+
+@pytest.mark.slow
+def test_a_converted_katib_experiment_runs_the_example_script(tmp_path):
+    """A Katib Experiment (random search, medianstop, the StdOut collector's name=value lines) of
+    examples/train_script.py, converted, runs: its image's script becomes the one beside the spec, and 3 trials end
+    TERMINATED with the val_accuracy the script printed as kv pairs."""
+    shutil.copy(ROOT / "examples" / "train_script.py", tmp_path / "train_script.py")
+    (tmp_path / "experiment.yaml").write_text(KATIB_RUN)
+    made = tuner("convert", "experiment.yaml", "-o", "spec.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    spec = yaml.safe_load((tmp_path / "spec.yaml").read_text())
+    assert spec["trainable"]["metrics"] == "kv" and spec["scheduler"]["type"] == "median"
+    ran = tuner("run", "spec.yaml", "--storage", str(tmp_path / "runs"), "--num-cpus", "2", "--set", "seed=0",
+                cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    summary = yaml.safe_load((tmp_path / "runs" / "script-katib" / "summary.json").read_text())
+    assert summary["trials"]["total"] == 3 and set(summary["trials"]["by_status"]) == {"TERMINATED"}
+    assert summary["metric"] == "val_accuracy" and summary["mode"] == "max"
+    assert 0.0 < summary["best"]["metrics"]["val_accuracy"] <= 1.0 and "val_loss" in summary["best"]["metrics"]
+
+
 KATIB_HEAD = ("apiVersion: kubeflow.org/v1beta1\nkind: Experiment\nmetadata: {name: k}\nspec:\n"
               "  objective: {type: minimize, objectiveMetricName: loss}\n  algorithm: {algorithmName: ALGO}\n"
               "  trialTemplate:\n    trialSpec: {spec: {template: {spec: {containers: [{name: c, image: i, "
