@@ -250,10 +250,18 @@ def _q_uniform(source, path, where, config, grid):
     if (qlow, qhigh) != (low, high):
         source.note(where, path, f"[{low}, {high}] becomes [{qlow}, {qhigh}], the multiples of q={q} that W&B's "
                     "rounding reaches (tuner's bounds are multiples of q).")
-    if isinstance(q, int) and float(qlow).is_integer() and float(qhigh).is_integer():
-        return ({"type": "randint", "low": int(qlow), "high": int(qhigh) + 1} if q == 1 else
-                {"type": "qrandint", "low": int(qlow), "high": int(qhigh), "q": q})
-    return {"type": "quniform", "low": qlow, "high": qhigh, "q": q}
+    return _stepped(qlow, qhigh, q, ("randint", "qrandint", "quniform"))
+
+
+def _stepped(low, high, q, kinds: tuple[str, str, str]) -> dict:
+    """A quantized range whose bounds are multiples of ``q``: with a whole ``q`` and whole bounds the integer
+    kind (``kinds[0]`` for q 1, whose ``high`` is exclusive; ``kinds[1]`` else), otherwise ``kinds[2]``."""
+    whole, stepped, real = kinds
+    if isinstance(q, int) and float(low).is_integer() and float(high).is_integer():
+        if q == 1:
+            return {"type": whole, "low": int(low), "high": int(high) + 1}
+        return {"type": stepped, "low": int(low), "high": int(high), "q": q}
+    return {"type": real, "low": low, "high": high, "q": q}
 
 
 def _log_range(source, path, where, config, kind) -> tuple[float, float]:
@@ -293,11 +301,7 @@ def _q_log_uniform(source, path, where, config, grid):
     if (qlow, qhigh) != (low, high):
         source.note(where, path, f"[{low}, {high}] becomes [{qlow}, {qhigh}], the multiples of q={q} there "
                     "(tuner's bounds are positive multiples of q).")
-    if isinstance(q, int) and float(qlow).is_integer() and float(qhigh).is_integer():
-        if q == 1:
-            return {"type": "lograndint", "low": int(qlow), "high": int(qhigh) + 1}
-        return {"type": "qlograndint", "low": int(qlow), "high": int(qhigh), "q": q}
-    return {"type": "qloguniform", "low": qlow, "high": qhigh, "q": q}
+    return _stepped(qlow, qhigh, q, ("lograndint", "qlograndint", "qloguniform"))
 
 
 def _normal_args(source, path, config) -> tuple[float, float]:

@@ -417,9 +417,7 @@ def _check_command_travels(spec, workdir: Path, spec_dir_in_job: Path) -> None:
                          f"lies outside the working directory {workdir}, so that folder would not reach the "
                          "cluster; move the spec into the working directory, or pass --working-dir.")
     cwd = command_cwd(spec)
-    words = spec.command.command
-    script = cwd / words[1] if spec.command.runs_python and len(words) > 1 and not words[1].startswith("-") \
-        else None
+    script = cwd / spec.command.script if spec.command.script is not None else None
     for what, path, field in (("working directory", cwd, "trainable.cwd" if spec.command.cwd else "trainable"),
                               ("script", script, "trainable.command.1")):
         if path is not None and not path.resolve().is_relative_to(workdir):

@@ -95,15 +95,13 @@ def parse_line(line: str, how: str) -> dict[str, Any] | None:
         None when the line is not a metrics line.
     """
     text = _RANK_PREFIX.sub("", line.strip(), count=1).strip()
-    if how in ("json", "file") and text.startswith("{"):
+    if how != "kv" and text.startswith("{"):
         try:
             found = json.loads(text)
         except ValueError:
             found = None
         if isinstance(found, dict) and found:
             return found
-        if how == "json":
-            return None
     if how == "json":
         return None
     pairs = _KV.findall(text)
@@ -145,6 +143,7 @@ class _Snapshots:
 
     def __init__(self, scratch: str, root: str):
         self.scratch, self.root, self.count = scratch, root, 0
+        os.makedirs(root, exist_ok=True)
 
     def take(self, found: dict[str, Any]) -> dict[str, Any]:
         """``found`` with its ``checkpoint`` marker replaced by the copy's folder (or dropped)."""
@@ -358,8 +357,8 @@ def _trial_name(command: CommandTrainable) -> str:
     words = command.command
     if command.runs_python and words[1:2] == ["-m"] and len(words) > 2:
         word = words[2].rsplit(".", 1)[-1]
-    elif command.runs_python and len(words) > 1 and not words[1].startswith("-"):
-        word = Path(words[1]).stem
+    elif command.script is not None:
+        word = Path(command.script).stem
     else:
         word = Path(words[0]).stem
     stem = re.sub(r"\W", "_", word)
@@ -435,7 +434,6 @@ def run_command(trial_: CommandTrial, config: dict) -> None:
 def _run(trial_: CommandTrial, argv: list[str], env: dict[str, str], trial_dir: Path, snapshots: _Snapshots,
          metrics_file: Path | None) -> None:
     """Start the program, report its lines, and end it (and all it started) however this trial ends."""
-    os.makedirs(snapshots.root, exist_ok=True)
     lines: queue.Queue = queue.Queue()
     tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
     out_log = open(trial_dir / COMMAND_STDOUT, "a", encoding="utf-8")

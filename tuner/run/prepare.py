@@ -556,11 +556,13 @@ def _rename_note(prepared: Prepared) -> str:
 def _describe_trainable(trainable: Any) -> str:
     from tuner.spec import is_class_trainable
 
-    command = getattr(trainable, "command", None)
-    if command is not None and hasattr(command, "metrics"):  # a command trial (tuner.run.command.CommandTrial)
+    from tuner.run.command import CommandTrial
+
+    if isinstance(trainable, CommandTrial):
         import shlex
 
-        return (f"command {shlex.join(command.command)} (metrics: {command.metrics}; in {trainable.cwd})")
+        command = trainable.command
+        return f"command {shlex.join(command.command)} (metrics: {command.metrics}; in {trainable.cwd})"
     where = f"{getattr(trainable, '__module__', '?')}:{getattr(trainable, '__name__', '?')}"
     return f"{where} (class trainable)" if is_class_trainable(trainable) else where
 

@@ -714,6 +714,4 @@ def driver_request(spec: Spec) -> dict[str, float]:
     """
     if spec.ray_train_ddp:
         return {"cpu": 0, "memory": 1}
-    if spec.resources.distributed:
-        return {"cpu": float(spec.resources.total["cpu"]), "gpu": float(spec.resources.total["gpu"])}
-    return {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.total["gpu"])}
+    return dict(spec.resources.total)

@@ -228,6 +228,13 @@ class CommandTrainable(_Model):
         return [(i, n) for i, arg in enumerate(self.command) for n in placeholders(arg) if not n.startswith("tuner.")]
 
     @property
+    def script(self) -> str | None:
+        """The script of ``python SCRIPT ...`` as written (relative to ``cwd``); None for ``python -m MODULE``,
+        ``python -c ...`` or another program."""
+        words = self.command
+        return words[1] if self.runs_python and len(words) > 1 and not words[1].startswith("-") else None
+
+    @property
     def runs_python(self) -> bool:
         """Whether the first word is ``python``/``python3`` (run as tuner's own Python)."""
         return self.command[0] in PYTHON_WORDS

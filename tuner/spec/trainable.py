@@ -263,15 +263,14 @@ def check_command(spec: Spec) -> None:
     if not cwd.is_dir():
         raise spec.error("trainable.cwd" if command.cwd else "trainable", f"the command's working directory {cwd} "
                          "is not a folder.")
-    words = command.command
+    script = command.script
     if command.runs_python:
-        if len(words) > 1 and not words[1].startswith("-") and not placeholders(words[1]):
-            if not (cwd / words[1]).is_file():
-                raise spec.error("trainable.command.1", f"script '{words[1]}' not found in the command's working "
-                                 f"directory {cwd}; give its path relative to that folder (trainable.cwd, default: "
-                                 "the spec's folder).")
+        if script is not None and not placeholders(script) and not (cwd / script).is_file():
+            raise spec.error("trainable.command.1", f"script '{script}' not found in the command's working "
+                             f"directory {cwd}; give its path relative to that folder (trainable.cwd, default: "
+                             "the spec's folder).")
         return
-    program = words[0]
+    program = command.command[0]
     if placeholders(program):
         return
     if "/" in program:
